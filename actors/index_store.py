@@ -1,0 +1,291 @@
+"""On-disk layout of a sharded retrieval index: manifest, per-shard FAISS / BM25 index, Parquet doc store.
+
+```
+<index dir>/
+  manifest.json            written last: encoder, dim, metric, index type, shards, checksums
+  build.json               the build's parameters (a resumed build must match them)
+  shard-00000/
+    shard.json             this shard's record (also written last: its presence = shard complete)
+    index.faiss | bm25/    the search structure over this shard's documents
+    docs.parquet           {row, id, title, text}; row = position within the shard
+```
+A shard owns the contiguous global rows `[start, start + count)` of the corpus; global id = row
+number in the corpus. Plain Python, no Ray: the build pipeline writes it, RetrievalShard reads it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import OrderedDict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+MANIFEST = "manifest.json"
+SHARD_RECORD = "shard.json"
+DOCS = "docs.parquet"
+FAISS_FILE = "index.faiss"
+BM25_DIR = "bm25"
+INDEX_TYPES = ("flat", "hnsw", "ivf_pq", "bm25")
+
+
+class IndexFormatError(RuntimeError):
+    """An index directory is missing, incomplete, or does not match what the caller expects."""
+
+
+@dataclass
+class ShardRecord:
+    """One shard: its global row range, files and their SHA-256 checksums, size in bytes."""
+
+    name: str
+    start: int
+    count: int
+    files: dict[str, str] = field(default_factory=dict)
+    size_bytes: int = 0
+    ntotal: int = 0  # vectors (or BM25 documents) in the shard's index; equals count when complete
+
+
+@dataclass
+class Manifest:
+    """What an index directory holds; enough for a reader to load and query it correctly.
+
+    `encoder` is an `EncoderSpec` dict (None for BM25); `metric` is "inner_product" (vectors) or
+    "bm25"; `index` holds the type and its parameters (e.g. faiss factory string, fp16).
+    """
+
+    version: int
+    index_type: str
+    metric: str
+    dim: int | None
+    normalized: bool
+    encoder: dict | None
+    index: dict
+    num_docs: int
+    shards: list[ShardRecord]
+    corpus: dict
+    build_seconds: float = 0.0
+
+    @property
+    def query_prefix(self) -> str:
+        return (self.encoder or {}).get("query_prefix", "")
+
+    @property
+    def passage_prefix(self) -> str:
+        return (self.encoder or {}).get("passage_prefix", "")
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def load(cls, index_dir: str | Path) -> "Manifest":
+        """Read `<index_dir>/manifest.json`.
+
+        Raises:
+            IndexFormatError: no manifest (the build did not finish), or it is unreadable.
+        """
+        path = Path(index_dir) / MANIFEST
+        if not path.is_file():
+            raise IndexFormatError(
+                f"{path} not found: {index_dir} is not a finished index. Build it with "
+                f"`.venv/bin/python -m scripts.build_index index.dir={index_dir}` (an interrupted build resumes)."
+            )
+        try:
+            raw = json.loads(path.read_text())
+            raw["shards"] = [ShardRecord(**s) for s in raw["shards"]]
+            return cls(**raw)
+        except (json.JSONDecodeError, TypeError, KeyError) as e:
+            raise IndexFormatError(f"{path}: unreadable manifest ({e}); rebuild the index") from e
+
+
+def shard_name(i: int) -> str:
+    return f"shard-{i:05d}"
+
+
+def shard_ranges(num_docs: int, num_shards: int) -> list[tuple[int, int]]:
+    """Split `num_docs` rows into `num_shards` contiguous `(start, count)` ranges, sizes differing by <= 1.
+
+    Raises:
+        ValueError: fewer documents than shards, or num_shards < 1.
+    """
+    if num_shards < 1:
+        raise ValueError(f"index.num_shards must be >= 1, got {num_shards}")
+    if num_docs < num_shards:
+        raise ValueError(f"corpus has {num_docs} documents, fewer than index.num_shards={num_shards}")
+    base, extra = divmod(num_docs, num_shards)
+    out, start = [], 0
+    for i in range(num_shards):
+        count = base + (1 if i < extra else 0)
+        out.append((start, count))
+        start += count
+    return out
+
+
+def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
+    """Hex SHA-256 of a file, streamed in `chunk`-byte reads."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def checksum_dir(shard_dir: Path) -> tuple[dict[str, str], int]:
+    """SHA-256 of every file below `shard_dir` except the shard record, and their total size (bytes)."""
+    files, size = {}, 0
+    for p in sorted(shard_dir.rglob("*")):
+        if p.is_file() and p.name != SHARD_RECORD:
+            files[str(p.relative_to(shard_dir))] = sha256_file(p)
+            size += p.stat().st_size
+    return files, size
+
+
+def verify_shard(shard_dir: Path, record: ShardRecord) -> None:
+    """Recompute checksums of a shard's files.
+
+    Raises:
+        IndexFormatError: a file is missing or its checksum differs from the record.
+    """
+    files, _ = checksum_dir(shard_dir)
+    for name, digest in record.files.items():
+        if files.get(name) != digest:
+            raise IndexFormatError(f"{shard_dir / name}: checksum mismatch or missing; rebuild this index")
+
+
+# ---------------------------------------------------------------------------------------------
+# FAISS index construction
+# ---------------------------------------------------------------------------------------------
+
+
+def faiss_factory(index_cfg, dim: int, num_vectors: int) -> tuple[str, dict]:
+    """The FAISS factory string (inner-product metric) and resolved parameters for one shard.
+
+    flat: exact `Flat` (`SQfp16` with fp16 storage); hnsw: `HNSW{m}[_SQfp16]`; ivf_pq:
+    `IVF{nlist},PQ{m}x{nbits}` with nlist capped so each list gets >= 39 training vectors
+    (FAISS's own minimum). Raises ValueError for settings FAISS cannot build (dim % pq_m != 0,
+    fp16 with ivf_pq).
+    """
+    t = index_cfg.type
+    if t == "flat":
+        return ("SQfp16" if index_cfg.fp16 else "Flat"), {}
+    if t == "hnsw":
+        m = index_cfg.hnsw_m
+        return (f"HNSW{m}_SQfp16" if index_cfg.fp16 else f"HNSW{m}"), {
+            "ef_construction": index_cfg.hnsw_ef_construction,
+            "ef_search": index_cfg.hnsw_ef_search,
+        }
+    if t == "ivf_pq":
+        if index_cfg.fp16:
+            raise ValueError("index.fp16 applies to flat and hnsw; ivf_pq stores PQ codes (set index.fp16=false)")
+        if dim % index_cfg.pq_m:
+            raise ValueError(f"index.pq_m={index_cfg.pq_m} must divide the embedding dim {dim}")
+        nlist = max(1, min(index_cfg.ivf_nlist, num_vectors // 39))
+        return f"IVF{nlist},PQ{index_cfg.pq_m}x{index_cfg.pq_nbits}", {"nlist": nlist, "nprobe": index_cfg.ivf_nprobe}
+    raise ValueError(f"index.type={t!r} has no FAISS index (one of flat, hnsw, ivf_pq)")
+
+
+def build_faiss_index(vectors: np.ndarray, factory: str, params: dict):
+    """Build an inner-product FAISS index over float32 `[n, dim]` vectors (trains IVF-PQ first)."""
+    import faiss
+
+    index = faiss.index_factory(vectors.shape[1], factory, faiss.METRIC_INNER_PRODUCT)
+    if "ef_construction" in params:
+        faiss.downcast_index(index).hnsw.efConstruction = params["ef_construction"]
+    if not index.is_trained:
+        index.train(vectors)
+    index.add(vectors)
+    return index
+
+
+def load_faiss_index(path: Path, params: dict, mmap: bool = True):
+    """Read a shard's FAISS index (memory-mapped where FAISS supports it) and apply search params."""
+    import faiss
+
+    flags = faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY if mmap else 0
+    try:
+        index = faiss.read_index(str(path), flags)
+    except RuntimeError:  # not every index type can be memory-mapped
+        index = faiss.read_index(str(path))
+    if "ef_search" in params:
+        faiss.downcast_index(index).hnsw.efSearch = params["ef_search"]
+    if "nprobe" in params:
+        faiss.extract_index_ivf(index).nprobe = params["nprobe"]
+    return index
+
+
+# ---------------------------------------------------------------------------------------------
+# Documents
+# ---------------------------------------------------------------------------------------------
+
+
+class DocStore:
+    """A shard's documents in Parquet, memory-mapped; rows are decoded one row group at a time.
+
+    Memory is the file mapping plus at most `cache_groups` decoded row groups, so a shard actor
+    holds its index and a small working set, not the corpus text.
+    """
+
+    def __init__(self, path: str | Path, cache_groups: int = 64):
+        import pyarrow.parquet as pq
+
+        self.path = Path(path)
+        self._file = pq.ParquetFile(str(self.path), memory_map=True)
+        meta = self._file.metadata
+        self.num_rows = meta.num_rows
+        self._group_starts = np.cumsum([0] + [meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
+        self._cache: OrderedDict[int, dict] = OrderedDict()
+        self._cache_groups = cache_groups
+
+    def _group(self, g: int) -> dict:
+        if g in self._cache:
+            self._cache.move_to_end(g)
+            return self._cache[g]
+        table = self._file.read_row_group(g, columns=["id", "title", "text"])
+        cols = {name: table.column(name).to_pylist() for name in ("id", "title", "text")}
+        self._cache[g] = cols
+        if len(self._cache) > self._cache_groups:
+            self._cache.popitem(last=False)
+        return cols
+
+    def get(self, rows) -> list[dict]:
+        """Documents at local rows (ints in `[0, num_rows)`) as `{doc_id, title, text}` dicts.
+
+        Raises:
+            IndexError: a row outside the shard.
+        """
+        out = []
+        for r in rows:
+            r = int(r)
+            if not 0 <= r < self.num_rows:
+                raise IndexError(f"row {r} outside {self.path} (0..{self.num_rows - 1})")
+            g = int(np.searchsorted(self._group_starts, r, side="right") - 1)
+            cols = self._group(g)
+            j = r - int(self._group_starts[g])
+            out.append({"doc_id": cols["id"][j], "title": cols["title"][j], "text": cols["text"][j]})
+        return out
+
+
+def write_docs(path: Path, ids: list[str], titles: list[str], texts: list[str], row_group_size: int) -> None:
+    """Write a shard's documents as Parquet `{row, id, title, text}`, uncompressed (cheap mmap reads),
+    in row groups of `row_group_size` rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table(
+        {
+            "row": pa.array(np.arange(len(ids), dtype=np.int64)),
+            "id": pa.array(ids, pa.string()),
+            "title": pa.array(titles, pa.string()),
+            "text": pa.array(texts, pa.string()),
+        }
+    )
+    pq.write_table(table, path, row_group_size=row_group_size, compression="none")
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write a file via a temporary sibling and rename, so readers never see half a file."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

@@ -1,0 +1,344 @@
+"""Retrieval actors: `RetrievalShard` (one index shard + its documents) and `RetrievalPool`
+(encode queries, fan out to every shard, merge per-shard top-k into the global top-k).
+
+The plain classes `ShardSearcher` and `merge_topk` hold the logic and are usable without Ray;
+the Ray actors are thin shells. The pool micro-batches concurrent callers: requests arriving within
+`retrieval.batch_wait_ms` share one encode and one search per shard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypedDict
+
+import numpy as np
+
+from actors.index_store import BM25_DIR, DOCS, FAISS_FILE, SHARD_RECORD, DocStore, Manifest, load_faiss_index
+
+log = logging.getLogger(__name__)
+
+
+class Hit(TypedDict):
+    """One retrieved passage. `score`: inner product (dense) or BM25 score; higher is better."""
+
+    doc_id: str
+    title: str
+    text: str
+    score: float
+
+
+class ShardUnavailableError(RuntimeError):
+    """A shard stayed down through every retry; the pool never answers with fewer shards."""
+
+
+class RetrievalRequestError(ValueError):
+    """A search request is malformed (names the field and the allowed range)."""
+
+
+def merge_topk(scores: list[np.ndarray], ids: list[np.ndarray], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Merge per-shard top-k lists into the global top-k.
+
+    Args:
+        scores: per shard, float32 `[n_queries, k_s]`, higher is better; padding slots hold -inf.
+        ids: per shard, int64 `[n_queries, k_s]` global ids; padding slots hold -1.
+        k: how many to keep.
+    Returns:
+        `(scores [n, k] float32, ids [n, k] int64)`, ordered by score descending and, among equal
+        scores, by global id ascending -- the order an exact flat search over the whole corpus gives
+        (FAISS keeps the lowest ids among ties). Rows with fewer than k real hits end in (-inf, -1).
+    """
+    all_scores = np.concatenate(scores, axis=1)
+    all_ids = np.concatenate(ids, axis=1)
+    all_scores = np.where(all_ids < 0, -np.inf, all_scores).astype(np.float32)
+    # Padding (-1) must sort after real ids with the same -inf score.
+    tie_key = np.where(all_ids < 0, np.iinfo(np.int64).max, all_ids)
+    order = np.lexsort((tie_key, -all_scores), axis=-1)[:, :k]
+    out_s = np.take_along_axis(all_scores, order, axis=1)
+    out_i = np.take_along_axis(all_ids, order, axis=1)
+    if out_s.shape[1] < k:  # fewer candidates than k in total
+        pad = k - out_s.shape[1]
+        out_s = np.pad(out_s, ((0, 0), (0, pad)), constant_values=-np.inf)
+        out_i = np.pad(out_i, ((0, 0), (0, pad)), constant_values=-1)
+    return out_s, out_i
+
+
+class ShardSearcher:
+    """One shard: its FAISS (or bm25s) index and its Parquet doc store, memory-mapped.
+
+    Args:
+        shard_dir: `<index dir>/shard-xxxxx` written by `pipelines.build_index`.
+        faiss_threads: OpenMP threads for FAISS searches (shards share the node's cores).
+        search_delay_s: extra seconds slept per search; for fault-injection tests and latency
+            experiments only (0 in normal use).
+    """
+
+    def __init__(self, shard_dir: str, faiss_threads: int = 1, search_delay_s: float = 0.0):
+        self.dir = Path(shard_dir)
+        record = json.loads((self.dir / SHARD_RECORD).read_text())
+        self.start, self.count = int(record["start"]), int(record["count"])
+        self.search_delay_s = search_delay_s
+        self.docs = DocStore(self.dir / DOCS)
+        self.bm25 = None
+        self.index = None
+        if (self.dir / BM25_DIR).is_dir():
+            import bm25s
+
+            self.bm25 = bm25s.BM25.load(str(self.dir / BM25_DIR), mmap=True, show_progress=False)
+        else:
+            import faiss
+
+            faiss.omp_set_num_threads(faiss_threads)
+            self.index = load_faiss_index(self.dir / FAISS_FILE, record.get("params", {}))
+
+    def ready(self) -> int:
+        """Number of documents in the shard (used as a readiness probe)."""
+        return self.count
+
+    def _delay(self) -> None:
+        if self.search_delay_s:
+            time.sleep(self.search_delay_s)
+
+    def search(self, query_vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k by inner product within the shard.
+
+        Args:
+            query_vectors: float32 `[n, dim]`.
+            k: hits per query.
+        Returns:
+            `(scores [n, k] float32, ids [n, k] int64 global ids)`; -1 / -inf pad when the shard
+            has fewer than k documents.
+        """
+        self._delay()
+        q = np.ascontiguousarray(query_vectors, dtype=np.float32)
+        scores, local = self.index.search(q, k)
+        ids = np.where(local >= 0, local + self.start, -1).astype(np.int64)
+        return scores.astype(np.float32), ids
+
+    def search_text(self, queries: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+        """BM25 top-k within the shard for raw query strings. Same return shapes as `search`."""
+        import bm25s
+
+        self._delay()
+        n, kk = len(queries), min(k, self.count)
+        tokens = bm25s.tokenize(queries, stopwords="en", return_ids=False, show_progress=False)
+        local, scores = self.bm25.retrieve(tokens, k=kk, show_progress=False, n_threads=1)
+        ids = np.full((n, k), -1, dtype=np.int64)
+        out = np.full((n, k), -np.inf, dtype=np.float32)
+        ids[:, :kk] = local + self.start
+        out[:, :kk] = scores
+        return out, ids
+
+    def fetch(self, global_ids: list[int]) -> list[dict]:
+        """Documents for global ids owned by this shard, as `{doc_id, title, text}` in the given order."""
+        return self.docs.get([int(g) - self.start for g in global_ids])
+
+
+@dataclass
+class _Request:
+    queries: list[str]
+    k: int
+    future: asyncio.Future
+    arrived: float = field(default_factory=time.perf_counter)
+
+
+class RetrievalPool:
+    """Query encoding, fan-out to every shard, global top-k merge, micro-batching, retries.
+
+    Used as a Ray async actor (`start_retrieval_pool`). Args:
+        index_dir: an index directory written by `pipelines.build_index`.
+        retrieval: a `configs.schema.RetrievalConfig` as a dict (batching window, limits, retries).
+        shard_options: extra Ray options for shard actors (e.g. resources for multi-node placement).
+        search_delay_s: forwarded to every `ShardSearcher` (fault-injection tests only).
+    """
+
+    def __init__(self, index_dir: str, retrieval: dict, shard_options: dict | None = None, search_delay_s: float = 0.0):
+        import ray
+
+        self.cfg = retrieval
+        self.index_dir = Path(index_dir)
+        self.manifest = Manifest.load(self.index_dir)
+        self.dense = self.manifest.index_type != "bm25"
+        self.encoder = None
+        if self.dense:
+            from actors.encoder import EncoderSpec, TextEncoder
+
+            self.encoder = TextEncoder(EncoderSpec(**self.manifest.encoder))
+        shard_cls = ray.remote(ShardSearcher)
+        opts = {
+            "num_cpus": retrieval["shard_cpus"],
+            "max_restarts": retrieval["max_restarts"],
+            "max_task_retries": 0,  # the pool retries itself, so it can count and report retries
+        } | (shard_options or {})
+        self.shards = [
+            shard_cls.options(**opts).remote(str(self.index_dir / s.name), 1, search_delay_s)
+            for s in self.manifest.shards
+        ]
+        self.starts = np.array([s.start for s in self.manifest.shards], dtype=np.int64)
+        self._queue: asyncio.Queue[_Request] | None = None
+        self._loop_task: asyncio.Task | None = None
+        self._inflight: asyncio.Semaphore | None = None
+        self.stats = {"requests": 0, "queries": 0, "batches": 0, "retries": 0, "errors": 0}
+
+    # -- public API ------------------------------------------------------------------------
+    async def ready(self) -> dict:
+        """Manifest summary once every shard has loaded."""
+        await asyncio.gather(*(s.ready.remote() for s in self.shards))
+        return {"num_docs": self.manifest.num_docs, "num_shards": len(self.shards), "index_type": self.manifest.index_type}
+
+    async def get_stats(self) -> dict:
+        """Counters: requests, queries, batches (mean batch = queries / batches), retries, errors."""
+        return dict(self.stats)
+
+    async def shard_handles(self) -> list:
+        """The shard actor handles (for fault-injection tests and monitoring)."""
+        return list(self.shards)
+
+    async def search(self, queries: list[str], k: int) -> list[list[Hit]]:
+        """Global top-k hits for each query, equal to one exact search over the whole corpus.
+
+        Args:
+            queries: non-empty list of non-empty strings, at most `max_queries_per_request`.
+            k: hits per query, 1..`max_topk`.
+        Returns:
+            One list of `Hit` per query, best first (fewer than k only if the corpus is smaller).
+        Raises:
+            RetrievalRequestError: malformed queries or k.
+            ShardUnavailableError: a shard stayed down through `max_retries` retries.
+        """
+        self._validate(queries, k)
+        if self._queue is None:
+            self._queue = asyncio.Queue()
+            self._inflight = asyncio.Semaphore(2)  # encode batch i+1 while batch i searches
+            self._loop_task = asyncio.get_running_loop().create_task(self._batch_loop())
+        fut = asyncio.get_running_loop().create_future()
+        await self._queue.put(_Request(list(queries), int(k), fut))
+        return await fut
+
+    # -- internals -------------------------------------------------------------------------
+    def _validate(self, queries, k) -> None:
+        limit = self.cfg["max_queries_per_request"]
+        if not isinstance(queries, (list, tuple)) or not queries:
+            raise RetrievalRequestError("queries must be a non-empty list of strings")
+        if len(queries) > limit:
+            raise RetrievalRequestError(f"queries has {len(queries)} items; at most {limit} per request (retrieval.max_queries_per_request)")
+        for i, q in enumerate(queries):
+            if not isinstance(q, str) or not q.strip():
+                raise RetrievalRequestError(f"queries[{i}] must be a non-empty string, got {q!r:.60}")
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= self.cfg["max_topk"]:
+            raise RetrievalRequestError(f"k (topk) must be an integer in 1..{self.cfg['max_topk']}, got {k!r}")
+
+    async def _batch_loop(self) -> None:
+        wait = self.cfg["batch_wait_ms"] / 1000.0
+        max_batch = self.cfg["max_batch_size"]
+        while True:
+            first = await self._queue.get()
+            batch, size = [first], len(first.queries)
+            deadline = time.perf_counter() + wait
+            while size < max_batch:
+                remaining = deadline - time.perf_counter()
+                if remaining <= 0:
+                    # The window is over; still take whatever is already queued.
+                    if self._queue.empty():
+                        break
+                    req = self._queue.get_nowait()
+                else:
+                    try:
+                        req = await asyncio.wait_for(self._queue.get(), remaining)
+                    except asyncio.TimeoutError:
+                        continue
+                batch.append(req)
+                size += len(req.queries)
+            await self._inflight.acquire()
+            asyncio.get_running_loop().create_task(self._serve_batch(batch))
+
+    async def _serve_batch(self, batch: list[_Request]) -> None:
+        try:
+            queries = [q for r in batch for q in r.queries]
+            k = max(r.k for r in batch)
+            results = await self._search_merged(queries, k)
+            self.stats["batches"] += 1
+            self.stats["requests"] += len(batch)
+            self.stats["queries"] += len(queries)
+            pos = 0
+            for r in batch:
+                if not r.future.done():
+                    r.future.set_result([hits[: r.k] for hits in results[pos : pos + len(r.queries)]])
+                pos += len(r.queries)
+        except Exception as e:  # every caller of the batch gets the error, none hangs
+            self.stats["errors"] += 1
+            for r in batch:
+                if not r.future.done():
+                    r.future.set_exception(e)
+        finally:
+            self._inflight.release()
+
+    async def _search_merged(self, queries: list[str], k: int) -> list[list[Hit]]:
+        loop = asyncio.get_running_loop()
+        if self.dense:
+            # Encoding runs in a thread so the event loop keeps collecting the next batch.
+            vectors = await loop.run_in_executor(None, self.encoder.encode_queries, queries)
+            per_shard = await asyncio.gather(*(self._call(i, "search", vectors, k) for i in range(len(self.shards))))
+        else:
+            per_shard = await asyncio.gather(*(self._call(i, "search_text", queries, k) for i in range(len(self.shards))))
+        scores, ids = merge_topk([s for s, _ in per_shard], [i for _, i in per_shard], k)
+        docs = await self._fetch(ids)
+        return [
+            [{**docs[int(g)], "score": float(s)} for s, g in zip(srow, irow) if g >= 0]
+            for srow, irow in zip(scores, ids)
+        ]
+
+    async def _fetch(self, ids: np.ndarray) -> dict[int, dict]:
+        wanted = np.unique(ids[ids >= 0])
+        owner = np.searchsorted(self.starts, wanted, side="right") - 1
+        groups = {int(i): wanted[owner == i].tolist() for i in np.unique(owner)}
+        fetched = await asyncio.gather(*(self._call(i, "fetch", g) for i, g in groups.items()))
+        return {gid: doc for g, docs in zip(groups.values(), fetched) for gid, doc in zip(g, docs)}
+
+    async def _call(self, i: int, method: str, *args):
+        """Call a shard method; on actor death wait for Ray to restart it and retry."""
+        from ray.exceptions import ActorUnavailableError, RayActorError
+
+        retries = self.cfg["max_retries"]
+        for attempt in range(retries + 1):
+            try:
+                return await getattr(self.shards[i], method).remote(*args)
+            except (RayActorError, ActorUnavailableError) as e:
+                if attempt == retries:
+                    raise ShardUnavailableError(
+                        f"shard {i} ({self.manifest.shards[i].name} of {self.index_dir}) is down after "
+                        f"{attempt + 1} attempts ({type(e).__name__}); check the shard actor's log, "
+                        f"raise retrieval.max_restarts/max_retries, or rebuild the shard"
+                    ) from e
+                self.stats["retries"] += 1
+                log.warning("shard %d %s failed (%s); retry %d/%d", i, method, type(e).__name__, attempt + 1, retries)
+                await asyncio.sleep(self.cfg["retry_backoff_s"] * (2**attempt))
+
+
+def start_retrieval_pool(index_dir: str | Path, retrieval, name: str | None = None, **kwargs):
+    """Create the `RetrievalPool` Ray actor and wait until every shard is loaded.
+
+    Args:
+        index_dir: a finished index directory.
+        retrieval: `configs.schema.RetrievalConfig` (or its dict).
+        name: optional actor name (detached callers such as the HTTP route look it up).
+        **kwargs: forwarded to `RetrievalPool` (shard_options, search_delay_s).
+    Returns:
+        The pool's actor handle.
+    Raises:
+        IndexFormatError: index_dir holds no finished index (checked before any actor starts).
+    """
+    import ray
+
+    Manifest.load(index_dir)  # fail before starting actors
+    cfg = retrieval if isinstance(retrieval, dict) else retrieval.model_dump()
+    opts = {"num_cpus": cfg["pool_cpus"], "max_concurrency": 1000}
+    if name:
+        opts["name"] = name
+    pool = ray.remote(RetrievalPool).options(**opts).remote(str(index_dir), cfg, **kwargs)
+    ray.get(pool.ready.remote())
+    return pool

@@ -1,0 +1,159 @@
+"""Typed configuration schema for searchrl.
+
+Every model forbids unknown keys, so a typo in a YAML file or a command-line
+override fails loudly instead of being silently ignored.  All sections have
+defaults: ``Config()`` is a valid configuration.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+
+class StrictModel(BaseModel):
+    """Base for all config sections.
+
+    Unknown keys are rejected; validation is strict (no coercion: ``"3"`` or
+    ``true`` is not an ``int``; an ``int`` is accepted where a ``float`` is
+    expected); assignments are validated too.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True)
+
+
+class DataConfig(StrictModel):
+    """Where the data pack lives and which of its files to read."""
+
+    dir: str | None = Field(
+        None, description="Data pack directory; None means the SEARCHRL_DATA environment variable."
+    )
+    corpus: str = Field("corpus.jsonl.gz", description="Corpus file name inside `dir`.")
+    train: str = Field("train.jsonl.gz", description="Training QA file name inside `dir`.")
+    dev: str = Field("dev.jsonl.gz", description="Validation QA file name inside `dir`.")
+    test: str = Field("test.jsonl.gz", description="Evaluation QA file name inside `dir`.")
+    corpus_limit: int | None = Field(
+        None, gt=0, description="Use only the first N passages (count); None = the whole corpus."
+    )
+
+
+class EncoderConfig(StrictModel):
+    """Dense text encoder used to embed queries and passages."""
+
+    model: str = Field(
+        "all-MiniLM-L6-v2", description="sentence-transformers model name or local path."
+    )
+    query_prefix: str = Field("", description="Text prepended to every query before encoding.")
+    passage_prefix: str = Field("", description="Text prepended to every passage before encoding.")
+    pooling: Literal["model", "mean", "cls"] = Field(
+        "model",
+        description="Token pooling; 'model' = what the model's own sentence-transformers config says.",
+    )
+    normalize: bool = Field(True, description="L2-normalize embeddings (cosine = inner product).")
+    max_seq_length: int | None = Field(
+        256, gt=0, description="Truncate inputs to this many tokens; None = the model's default."
+    )
+    batch_size: int = Field(64, gt=0, description="Texts per encoder forward pass.")
+    device: str = Field("cpu", description="Torch device, e.g. 'cpu' or 'cuda:0'.")
+    precision: Literal["fp32", "bf16"] = Field(
+        "fp32",
+        description="Compute precision of the encoder forward pass; 'bf16' autocasts (2.4x faster on "
+        "CPUs with AVX512-BF16, cosine to fp32 vectors >= 0.9999). Vectors are stored as float32 either way.",
+    )
+
+    @classmethod
+    def e5(cls, model: str = "intfloat/e5-base-v2", **kwargs) -> EncoderConfig:
+        """Preset for E5 models: 'query: '/'passage: ' prefixes, mean pooling, normalized."""
+        params = dict(
+            model=model, query_prefix="query: ", passage_prefix="passage: ", pooling="mean", normalize=True
+        )
+        params.update(kwargs)
+        return cls(**params)
+
+
+class IndexConfig(StrictModel):
+    """Sharded vector (or BM25) index: where it is stored and how it is built."""
+
+    dir: str = Field("indexes/minilm-flat", description="Index directory (one sub-folder per shard).")
+    num_shards: int = Field(4, ge=1, description="Number of index shards (one retrieval actor each).")
+    type: Literal["flat", "hnsw", "ivf_pq", "bm25"] = Field("flat", description="Index kind.")
+    fp16: bool = Field(False, description="Store vectors as float16 (halves memory).")
+    hnsw_m: int = Field(32, gt=0, description="HNSW: neighbours per node.")
+    hnsw_ef_construction: int = Field(200, gt=0, description="HNSW: candidate list size while building.")
+    hnsw_ef_search: int = Field(128, gt=0, description="HNSW: candidate list size while searching.")
+    ivf_nlist: int = Field(1024, gt=0, description="IVF: number of coarse clusters.")
+    ivf_nprobe: int = Field(32, gt=0, description="IVF: clusters visited per query.")
+    pq_m: int = Field(48, gt=0, description="PQ: sub-quantizers per vector.")
+    pq_nbits: int = Field(8, gt=0, description="PQ: bits per sub-quantizer code.")
+    docs_row_group_size: int = Field(
+        256, gt=0, description="Rows per Parquet row group in the stored passage table."
+    )
+    encode_actors: int = Field(1, ge=1, description="Ray Data encoder actor count.")
+    encode_cpus: float = Field(2.0, gt=0, description="CPUs per encoder actor.")
+
+
+class RetrievalConfig(StrictModel):
+    """Online retrieval service: request limits, micro-batching and fault tolerance."""
+
+    max_topk: int = Field(100, gt=0, description="Largest topk a request may ask for (passages).")
+    topk: int = Field(3, gt=0, validate_default=True, description="Passages returned per query by default (<= max_topk).")
+    max_queries_per_request: int = Field(1024, gt=0, description="Queries accepted in one request.")
+    batch_wait_ms: float = Field(2.0, ge=0, description="Micro-batching window in milliseconds.")
+    max_batch_size: int = Field(256, gt=0, description="Queries per micro-batch (upper bound).")
+    pool_cpus: float = Field(1.0, ge=0, description="CPUs reserved by the retriever pool actor.")
+    shard_cpus: float = Field(0.25, ge=0, description="CPUs reserved per shard actor.")
+    max_restarts: int = Field(3, ge=-1, description="Ray actor restarts on failure (-1 = unlimited).")
+    max_retries: int = Field(3, ge=-1, description="Ray task retries on failure (-1 = unlimited).")
+    retry_backoff_s: float = Field(0.5, ge=0, description="Delay between retries in seconds.")
+    request_timeout_s: float = Field(60.0, gt=0, description="Per-request timeout in seconds.")
+
+    @field_validator("topk")
+    @classmethod
+    def _topk_le_max(cls, v: int, info: ValidationInfo) -> int:
+        """Reject topk larger than max_topk (reported at ``retrieval.topk``)."""
+        max_topk = info.data.get("max_topk")
+        if max_topk is not None and v > max_topk:
+            raise ValueError(f"topk ({v}) must be <= max_topk ({max_topk})")
+        return v
+
+    @model_validator(mode="after")
+    def _topk_within_max(self) -> RetrievalConfig:
+        """Same check after assignment to either field."""
+        if self.topk > self.max_topk:
+            raise ValueError(f"topk ({self.topk}) must be <= max_topk ({self.max_topk})")
+        return self
+
+
+class ServeConfig(StrictModel):
+    """HTTP endpoint of the retrieval service (Ray Serve)."""
+
+    host: str = Field("127.0.0.1", description="Interface to bind.")
+    port: int = Field(8000, ge=1, le=65535, description="TCP port.")
+    route_prefix: str = Field("/", description="URL prefix of the retrieval route.")
+
+
+class RayConfig(StrictModel):
+    """How to connect to (or start) a Ray cluster."""
+
+    address: str | None = Field(
+        None, description="Cluster address; None = start a local cluster, 'auto' = join a running one."
+    )
+    num_cpus: int | None = Field(
+        None, gt=0, description="CPUs for a locally started cluster; None = all of the machine's."
+    )
+    namespace: str = Field("searchrl", description="Ray namespace for named actors.")
+
+
+class Config(StrictModel):
+    """Root configuration of a searchrl run."""
+
+    name: str = Field("searchrl", description="Run / experiment name.")
+    run_dir: str = Field("runs", description="Parent folder of run directories.")
+    seed: int = Field(0, description="Global random seed.")
+    data: DataConfig = Field(default_factory=DataConfig, description="Data pack.")
+    encoder: EncoderConfig = Field(default_factory=EncoderConfig, description="Text encoder.")
+    index: IndexConfig = Field(default_factory=IndexConfig, description="Vector index.")
+    retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig, description="Retrieval service.")
+    serve: ServeConfig = Field(default_factory=ServeConfig, description="HTTP serving.")
+    ray: RayConfig = Field(default_factory=RayConfig, description="Ray cluster.")

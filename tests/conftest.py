@@ -1,0 +1,54 @@
+"""Shared pytest fixtures.
+
+Points ``SEARCHRL_DATA`` at the sibling ``shared/data`` pack when it exists
+and the variable is not already set (CI sets it itself).
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+_SIBLING_PACK = REPO_ROOT.parent / "shared" / "data"
+if _SIBLING_PACK.is_dir():
+    os.environ.setdefault("SEARCHRL_DATA", str(_SIBLING_PACK))
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """The real data pack directory; a missing pack fails the test (DataPackError), never skips."""
+    from pipelines.data import resolve_data_dir
+
+    return resolve_data_dir()
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """A local Ray cluster for the whole test session (4 logical CPUs on this 2-core machine, so
+    Ray Data encoders, the pool and shard actors fit together). Stops Serve and Ray afterwards."""
+    import ray
+
+    ray.init(num_cpus=4, include_dashboard=False, namespace="searchrl-tests", log_to_driver=False)
+    yield ray
+    try:
+        from ray import serve
+
+        serve.shutdown()
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def small_index(ray_local, data_dir, tmp_path_factory) -> Path:
+    """A real 2-shard flat MiniLM index over the pack's first 600 passages (built once per session)."""
+    from configs import load_config
+    from pipelines.build_index import build_index
+
+    out = tmp_path_factory.mktemp("index") / "minilm-flat-2"
+    cfg = load_config(
+        REPO_ROOT / "configs" / "retrieval_cpu.yaml",
+        ["data.corpus_limit=600", "index.num_shards=2", f"index.dir={out}", "index.encode_cpus=1.0"],
+    )
+    build_index(cfg, progress=False)
+    return out
