@@ -97,11 +97,11 @@ class TextEncoder:
             self.model.max_seq_length = spec.max_seq_length
         self.dim = int(self.model.get_embedding_dimension())
 
-    def _encode(self, texts: list[str]) -> np.ndarray:
+    def _encode(self, texts: list[str], bf16: bool = False) -> np.ndarray:
         import torch
 
         device_type = torch.device(self.spec.device).type
-        with torch.autocast(device_type, dtype=torch.bfloat16, enabled=self.spec.precision == "bf16"):
+        with torch.autocast(device_type, dtype=torch.bfloat16, enabled=bf16):
             vectors = self.model.encode(
                 texts,
                 batch_size=self.spec.batch_size,
@@ -112,12 +112,14 @@ class TextEncoder:
         return np.ascontiguousarray(vectors, dtype=np.float32).reshape(len(texts), self.dim)
 
     def encode_queries(self, queries: list[str]) -> np.ndarray:
-        """Encode queries. Returns float32 `[len(queries), dim]` (unit norm if `normalize`)."""
+        """Encode queries in fp32 (whatever `precision` says, so a query's vector does not depend on
+        which micro-batch it shared). Returns float32 `[len(queries), dim]` (unit norm if `normalize`)."""
         return self._encode([self.spec.query_prefix + q for q in queries])
 
     def encode_passages(self, titles: list[str], texts: list[str]) -> np.ndarray:
         """Encode passages as `passage_prefix + '"Title"\\ntext'`. Returns float32 `[n, dim]`."""
-        return self._encode([self.spec.passage_prefix + passage_contents(t, x) for t, x in zip(titles, texts)])
+        texts = [self.spec.passage_prefix + passage_contents(t, x) for t, x in zip(titles, texts)]
+        return self._encode(texts, bf16=self.spec.precision == "bf16")
 
 
 class PassageEncoderUDF:

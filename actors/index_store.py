@@ -196,7 +196,7 @@ def build_faiss_index(vectors: np.ndarray, factory: str, params: dict):
     if not index.is_trained:
         index.train(vectors)
     index.add(vectors)
-    return index
+    return apply_search_params(index, params)
 
 
 def load_faiss_index(path: Path, params: dict, mmap: bool = True):
@@ -208,6 +208,13 @@ def load_faiss_index(path: Path, params: dict, mmap: bool = True):
         index = faiss.read_index(str(path), flags)
     except RuntimeError:  # not every index type can be memory-mapped
         index = faiss.read_index(str(path))
+    return apply_search_params(index, params)
+
+
+def apply_search_params(index, params: dict):
+    """Set query-time knobs: HNSW `efSearch`, IVF `nprobe` (no-op for flat). Returns the index."""
+    import faiss
+
     if "ef_search" in params:
         faiss.downcast_index(index).hnsw.efSearch = params["ef_search"]
     if "nprobe" in params:
@@ -289,3 +296,23 @@ def atomic_write_text(path: Path, text: str) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def load_shard_vectors(index_dir: str | Path) -> np.ndarray:
+    """All stored vectors of a flat (exact) index, concatenated in global id order: float32 `[num_docs, dim]`.
+
+    Used to build the unsharded reference index that sharded search must equal.
+
+    Raises:
+        IndexFormatError: the index is not a flat FAISS index (HNSW / IVF-PQ / BM25 hold no exact vectors).
+    """
+    import faiss
+
+    manifest = Manifest.load(index_dir)
+    if manifest.index_type != "flat":
+        raise IndexFormatError(f"{index_dir}: vectors can only be read back from a flat index, not {manifest.index_type}")
+    parts = []
+    for s in manifest.shards:
+        index = faiss.read_index(str(Path(index_dir) / s.name / FAISS_FILE))
+        parts.append(index.reconstruct_n(0, index.ntotal))
+    return np.ascontiguousarray(np.concatenate(parts), dtype=np.float32)

@@ -67,6 +67,29 @@ def merge_topk(scores: list[np.ndarray], ids: list[np.ndarray], k: int) -> tuple
     return out_s, out_i
 
 
+def same_topk(a_scores: np.ndarray, a_ids: np.ndarray, b_scores: np.ndarray, b_ids: np.ndarray, atol: float = 1e-4) -> bool:
+    """Whether two top-k results `[n, k]` are the same ranking up to ties.
+
+    Scores must agree within `atol`. Positions are grouped into runs of near-equal scores (within
+    `atol`: float rounding can reorder such docs); each run must hold the same ids, except the run
+    reaching position k-1, where equally scored docs beyond the cut may legitimately differ
+    (FAISS itself picks arbitrarily among ties at the boundary).
+    """
+    if a_ids.shape != b_ids.shape or not np.allclose(a_scores, b_scores, atol=atol, equal_nan=True):
+        return False
+    k = a_ids.shape[1]
+    for sa, ia, ib in zip(a_scores, a_ids, b_ids):
+        start = 0
+        while start < k:
+            end = start + 1
+            while end < k and abs(sa[end] - sa[start]) <= atol:
+                end += 1
+            if end < k and set(ia[start:end]) != set(ib[start:end]):
+                return False
+            start = end
+    return True
+
+
 class ShardSearcher:
     """One shard: its FAISS (or bm25s) index and its Parquet doc store, memory-mapped.
 
@@ -319,26 +342,37 @@ class RetrievalPool:
                 await asyncio.sleep(self.cfg["retry_backoff_s"] * (2**attempt))
 
 
-def start_retrieval_pool(index_dir: str | Path, retrieval, name: str | None = None, **kwargs):
+def start_retrieval_pool(index_dir: str | Path, retrieval, name: str | None = None, startup_timeout_s: float = 600.0, **kwargs):
     """Create the `RetrievalPool` Ray actor and wait until every shard is loaded.
 
     Args:
         index_dir: a finished index directory.
         retrieval: `configs.schema.RetrievalConfig` (or its dict).
         name: optional actor name (detached callers such as the HTTP route look it up).
+        startup_timeout_s: seconds to wait for the pool and its shards to be placed and loaded.
         **kwargs: forwarded to `RetrievalPool` (shard_options, search_delay_s).
     Returns:
         The pool's actor handle.
     Raises:
         IndexFormatError: index_dir holds no finished index (checked before any actor starts).
+        TimeoutError: the actors were not ready in time (usually: the cluster lacks the CPUs).
     """
     import ray
 
-    Manifest.load(index_dir)  # fail before starting actors
+    manifest = Manifest.load(index_dir)  # fail before starting actors
     cfg = retrieval if isinstance(retrieval, dict) else retrieval.model_dump()
     opts = {"num_cpus": cfg["pool_cpus"], "max_concurrency": 1000}
     if name:
         opts["name"] = name
     pool = ray.remote(RetrievalPool).options(**opts).remote(str(index_dir), cfg, **kwargs)
-    ray.get(pool.ready.remote())
+    try:
+        ray.get(pool.ready.remote(), timeout=startup_timeout_s)
+    except ray.exceptions.GetTimeoutError as e:
+        need = cfg["pool_cpus"] + len(manifest.shards) * cfg["shard_cpus"]
+        ray.kill(pool)
+        raise TimeoutError(
+            f"RetrievalPool over {index_dir} not ready after {startup_timeout_s:.0f} s; it needs "
+            f"{need:g} CPUs (retrieval.pool_cpus + {len(manifest.shards)} x retrieval.shard_cpus) and the "
+            f"cluster has {ray.available_resources().get('CPU', 0):g} free: lower them or add nodes"
+        ) from e
     return pool

@@ -58,8 +58,9 @@ class EncoderConfig(StrictModel):
     device: str = Field("cpu", description="Torch device, e.g. 'cpu' or 'cuda:0'.")
     precision: Literal["fp32", "bf16"] = Field(
         "fp32",
-        description="Compute precision of the encoder forward pass; 'bf16' autocasts (2.4x faster on "
-        "CPUs with AVX512-BF16, cosine to fp32 vectors >= 0.9999). Vectors are stored as float32 either way.",
+        description="Precision of passage encoding (index build); 'bf16' autocasts (2.4x faster on CPUs "
+        "with AVX512-BF16, cosine to fp32 vectors >= 0.9999). Queries are always encoded in fp32 and "
+        "vectors are stored as float32.",
     )
 
     @classmethod

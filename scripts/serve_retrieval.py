@@ -1,0 +1,75 @@
+"""Serve a built index over HTTP with Search-R1's `/retrieve` protocol (Ray Serve), until Ctrl-C.
+
+    .venv/bin/python -m scripts.serve_retrieval [--config configs/retrieval_cpu.yaml] [key=value ...]
+
+e.g. `index.dir=indexes/minilm-flat-4 serve.port=8001 retrieval.topk=5`. Exit status 2 for a bad
+config or an index directory that holds no finished index.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import signal
+import sys
+import time
+
+from configs import DEFAULT_CONFIG, ConfigError, add_config_args, config_from_args
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt  # SIGTERM stops the server like Ctrl-C: Serve and Ray are shut down
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m scripts.serve_retrieval", description=__doc__.splitlines()[0])
+    add_config_args(parser, default_config=str(DEFAULT_CONFIG))
+    try:
+        cfg = config_from_args(parser.parse_args(argv))
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+    from actors.index_store import IndexFormatError, Manifest
+
+    try:
+        Manifest.load(cfg.index.dir)  # fail fast, before starting Ray
+    except IndexFormatError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+    import ray
+    from ray import serve
+
+    from actors.retrieval import start_retrieval_pool
+    from actors.retrieval_http import serve_retrieval
+
+    local = cfg.ray.address is None
+    ray.init(address=cfg.ray.address, namespace=cfg.ray.namespace, **({"num_cpus": cfg.ray.num_cpus} if local else {}))
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        try:
+            pool = start_retrieval_pool(cfg.index.dir, cfg.retrieval, name="retrieval_pool")
+            url = serve_retrieval(pool, cfg.serve, cfg.retrieval, name="retrieval")
+        except (IndexFormatError, RuntimeError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        body = json.dumps({"queries": ["who wrote hamlet?"], "topk": cfg.retrieval.topk, "return_scores": True})
+        print(f"retrieval server: POST {url}/retrieve   GET {url}/health")
+        print(f"example: curl -s {url}/retrieve -H 'Content-Type: application/json' -d '{body}'")
+        print("Ctrl-C to stop", flush=True)
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        print("stopping", file=sys.stderr)
+        return 0
+    finally:
+        # On a shared cluster remove only our app; on our own local cluster stop Serve entirely.
+        with contextlib.suppress(Exception):  # nothing to clean up if Serve never started
+            serve.shutdown() if local else serve.delete("retrieval")
+        ray.shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The project's test command: build/refresh .venv, then run the whole pytest suite (CPU only).
+# Needs the data pack: SEARCHRL_DATA (defaults to ../shared/data beside the checkout).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export SEARCHRL_DATA="${SEARCHRL_DATA:-$(cd .. && pwd)/shared/data}"
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false RAY_USAGE_STATS_ENABLED=0
+exec .venv/bin/python -m pytest "$@"

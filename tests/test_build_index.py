@@ -1,0 +1,102 @@
+"""Index building: resume after interruption, parameter mismatch, bad corpus rows, BM25 shards.
+
+BM25 builds need no encoder, so these run in seconds; the dense path is covered by `small_index`.
+"""
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from actors.index_store import IndexFormatError, Manifest, sha256_file, verify_shard
+from actors.retrieval import ShardSearcher, merge_topk
+from configs import Config
+from pipelines import build_index as build_module
+from pipelines.build_index import build_index
+from pipelines.data import BadRowError
+
+
+def bm25_config(tmp_path, data_dir, shards=3, limit=300) -> Config:
+    cfg = Config()
+    cfg.data.dir = str(data_dir)
+    cfg.data.corpus_limit = limit
+    cfg.index.dir = str(tmp_path / "bm25")
+    cfg.index.type = "bm25"
+    cfg.index.num_shards = shards
+    return cfg
+
+
+def test_bm25_build_writes_manifest_and_finds_titles(tmp_path, data_dir):
+    cfg = bm25_config(tmp_path, data_dir)
+    m = build_index(cfg, progress=False)
+    assert m.metric == "bm25" and m.encoder is None and m.num_docs == 300
+    assert [(s.start, s.count) for s in m.shards] == [(0, 100), (100, 100), (200, 100)]
+    assert m.corpus["limit"] == 300
+    shards = [ShardSearcher(str(tmp_path / "bm25" / s.name)) for s in m.shards]
+    for s in m.shards:
+        verify_shard(tmp_path / "bm25" / s.name, s)
+    # Search each passage's own title: the passage itself should come back near the top.
+    probe = shards[1].fetch([150])[0]
+    per = [sh.search_text([probe["title"]], 5) for sh in shards]
+    _, ids = merge_topk([p[0] for p in per], [p[1] for p in per], 5)
+    assert 150 in ids[0].tolist()
+
+
+def test_interrupted_build_resumes_at_first_unfinished_shard(tmp_path, data_dir, monkeypatch):
+    cfg = bm25_config(tmp_path, data_dir)
+    calls = []
+    real = build_module.build_shard
+
+    def crash_on_third(cfg_, index_dir, i, *a, **kw):
+        calls.append(i)
+        if i == 2:
+            raise KeyboardInterrupt("simulated interruption")
+        return real(cfg_, index_dir, i, *a, **kw)
+
+    monkeypatch.setattr(build_module, "build_shard", crash_on_third)
+    with pytest.raises(KeyboardInterrupt):
+        build_index(cfg, progress=False)
+    index_dir = tmp_path / "bm25"
+    assert not (index_dir / "manifest.json").exists()
+    with pytest.raises(IndexFormatError, match="not a finished index"):
+        Manifest.load(index_dir)
+    done = {p: sha256_file(p / "shard.json") for p in (index_dir / "shard-00000", index_dir / "shard-00001")}
+
+    calls.clear()
+    monkeypatch.setattr(build_module, "build_shard", lambda *a, **kw: (calls.append(a[2]), real(*a, **kw))[1])
+    m = build_index(cfg, progress=False)
+    assert calls == [2]  # shards 0 and 1 were kept
+    assert {p: sha256_file(p / "shard.json") for p in done} == done
+    assert len(m.shards) == 3 and not list(index_dir.glob("*.partial"))
+
+
+def test_resume_with_other_parameters_is_refused(tmp_path, data_dir):
+    cfg = bm25_config(tmp_path, data_dir, limit=120)
+    build_index(cfg, progress=False)
+    cfg.index.num_shards = 2
+    with pytest.raises(IndexFormatError, match="differs in: index"):
+        build_index(cfg, progress=False)
+
+
+def test_bad_corpus_row_names_file_and_line(tmp_path, data_dir):
+    corpus = tmp_path / "corpus.jsonl.gz"
+    rows = [{"id": f"d{i}", "title": f"T{i}", "text": f"text {i}"} for i in range(5)]
+    rows[3] = {"id": "d3", "title": "T3"}  # no text
+    with gzip.open(corpus, "wt") as f:
+        f.write("\n".join(json.dumps(r) for r in rows) + "\n")
+    cfg = bm25_config(tmp_path, data_dir, shards=1, limit=5)
+    with pytest.raises(BadRowError, match=r"corpus.jsonl.gz line 4"):
+        build_index(cfg, corpus_path=corpus, progress=False)
+
+
+def test_flashrag_corpus_builds(tmp_path, data_dir):
+    corpus = tmp_path / "flashrag.jsonl"
+    corpus.write_text("\n".join(json.dumps({"id": str(i), "contents": f'"Title {i}"\nbody number {i} zebra{i}'}) for i in range(6)))
+    cfg = bm25_config(tmp_path, data_dir, shards=2, limit=None)
+    cfg.data.corpus_limit = None
+    m = build_index(cfg, corpus_path=corpus, progress=False)
+    shard = ShardSearcher(str(tmp_path / "bm25" / m.shards[1].name))
+    scores, ids = shard.search_text(["zebra4"], 2)
+    assert ids[0, 0] == 4 and np.isfinite(scores[0, 0])
+    assert shard.fetch([4]) == [{"doc_id": "4", "title": "Title 4", "text": "body number 4 zebra4"}]
