@@ -18,7 +18,7 @@ from typing import TypedDict
 
 import numpy as np
 
-from actors.index_store import BM25_DIR, DOCS, FAISS_FILE, SHARD_RECORD, DocStore, Manifest, load_faiss_index
+from actors.index_store import BM25_DIR, DOCS, FAISS_FILE, SHARD_RECORD, DocStore, Manifest, load_faiss_index, tune_faiss
 
 log = logging.getLogger(__name__)
 
@@ -113,9 +113,7 @@ class ShardSearcher:
 
             self.bm25 = bm25s.BM25.load(str(self.dir / BM25_DIR), mmap=True, show_progress=False)
         else:
-            import faiss
-
-            faiss.omp_set_num_threads(faiss_threads)
+            tune_faiss(faiss_threads)
             self.index = load_faiss_index(self.dir / FAISS_FILE, record.get("params", {}))
 
     def ready(self) -> int:
@@ -186,35 +184,41 @@ class RetrievalPool:
         self.index_dir = Path(index_dir)
         self.manifest = Manifest.load(self.index_dir)
         self.dense = self.manifest.index_type != "bm25"
-        self.encoder = None
+        # The pool retries failed calls itself (max_task_retries=0), so it can count and report them.
+        restart = {"max_restarts": retrieval["max_restarts"], "max_task_retries": 0}
+        self.encoders = []
         if self.dense:
+            import os
+
             from actors.encoder import EncoderSpec, TextEncoder
 
-            self.encoder = TextEncoder(EncoderSpec(**self.manifest.encoder))
-        shard_cls = ray.remote(ShardSearcher)
-        opts = {
-            "num_cpus": retrieval["shard_cpus"],
-            "max_restarts": retrieval["max_restarts"],
-            "max_task_retries": 0,  # the pool retries itself, so it can count and report retries
-        } | (shard_options or {})
+            n = retrieval["query_encoders"]
+            threads = retrieval.get("encoder_threads") or max(1, (os.cpu_count() or 1) // n)
+            spec = EncoderSpec(**self.manifest.encoder, device=retrieval.get("encoder_device", "cpu"))
+            enc_opts = {"num_cpus": retrieval["encoder_cpus"], "num_gpus": retrieval.get("encoder_gpus", 0.0)} | restart
+            self.encoders = [ray.remote(TextEncoder).options(**enc_opts).remote(spec, threads) for _ in range(n)]
+        shard_opts = {"num_cpus": retrieval["shard_cpus"]} | restart | (shard_options or {})
         self.shards = [
-            shard_cls.options(**opts).remote(str(self.index_dir / s.name), 1, search_delay_s)
+            ray.remote(ShardSearcher).options(**shard_opts).remote(str(self.index_dir / s.name), 1, search_delay_s)
             for s in self.manifest.shards
         ]
         self.starts = np.array([s.start for s in self.manifest.shards], dtype=np.int64)
         self._queue: asyncio.Queue[_Request] | None = None
         self._loop_task: asyncio.Task | None = None
         self._inflight: asyncio.Semaphore | None = None
-        self.stats = {"requests": 0, "queries": 0, "batches": 0, "retries": 0, "errors": 0}
+        self.stats = {"requests": 0, "queries": 0, "batches": 0, "retries": 0, "errors": 0,
+                      "encode_s": 0.0, "search_s": 0.0, "fetch_s": 0.0, "queue_wait_s": 0.0}
 
     # -- public API ------------------------------------------------------------------------
     async def ready(self) -> dict:
-        """Manifest summary once every shard has loaded."""
-        await asyncio.gather(*(s.ready.remote() for s in self.shards))
+        """Manifest summary once every shard and query encoder has loaded."""
+        await asyncio.gather(*(s.ready.remote() for s in self.shards), *(e.ready.remote() for e in self.encoders))
         return {"num_docs": self.manifest.num_docs, "num_shards": len(self.shards), "index_type": self.manifest.index_type}
 
     async def get_stats(self) -> dict:
-        """Counters: requests, queries, batches (mean batch = queries / batches), retries, errors."""
+        """Counters: requests, queries, batches (mean batch = queries / batches), retries, errors, and
+        seconds summed over batches: encode_s, search_s (fan-out + merge), fetch_s (documents),
+        queue_wait_s (summed over requests: arrival to batch start)."""
         return dict(self.stats)
 
     async def shard_handles(self) -> list:
@@ -236,7 +240,7 @@ class RetrievalPool:
         self._validate(queries, k)
         if self._queue is None:
             self._queue = asyncio.Queue()
-            self._inflight = asyncio.Semaphore(2)  # encode batch i+1 while batch i searches
+            self._inflight = asyncio.Semaphore(self.cfg["max_inflight_batches"])
             self._loop_task = asyncio.get_running_loop().create_task(self._batch_loop())
         fut = asyncio.get_running_loop().create_future()
         await self._queue.put(_Request(list(queries), int(k), fut))
@@ -259,6 +263,9 @@ class RetrievalPool:
         wait = self.cfg["batch_wait_ms"] / 1000.0
         max_batch = self.cfg["max_batch_size"]
         while True:
+            # Take a batch slot first: while batches are in flight, callers pile up in the queue and
+            # the next batch takes all of them (forming it first would dispatch many small batches).
+            await self._inflight.acquire()
             first = await self._queue.get()
             batch, size = [first], len(first.queries)
             deadline = time.perf_counter() + wait
@@ -276,11 +283,12 @@ class RetrievalPool:
                         continue
                 batch.append(req)
                 size += len(req.queries)
-            await self._inflight.acquire()
             asyncio.get_running_loop().create_task(self._serve_batch(batch))
 
     async def _serve_batch(self, batch: list[_Request]) -> None:
         try:
+            now = time.perf_counter()
+            self.stats["queue_wait_s"] += sum(now - r.arrived for r in batch)
             queries = [q for r in batch for q in r.queries]
             k = max(r.k for r in batch)
             results = await self._search_merged(queries, k)
@@ -301,15 +309,20 @@ class RetrievalPool:
             self._inflight.release()
 
     async def _search_merged(self, queries: list[str], k: int) -> list[list[Hit]]:
-        loop = asyncio.get_running_loop()
+        n_shards = len(self.shards)
+        t0 = time.perf_counter()
         if self.dense:
-            # Encoding runs in a thread so the event loop keeps collecting the next batch.
-            vectors = await loop.run_in_executor(None, self.encoder.encode_queries, queries)
-            per_shard = await asyncio.gather(*(self._call(i, "search", vectors, k) for i in range(len(self.shards))))
+            vectors = await self._encode(queries)
+            self.stats["encode_s"] += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            per_shard = await asyncio.gather(*(self._call(self.shards, i, "search", vectors, k) for i in range(n_shards)))
         else:
-            per_shard = await asyncio.gather(*(self._call(i, "search_text", queries, k) for i in range(len(self.shards))))
+            per_shard = await asyncio.gather(*(self._call(self.shards, i, "search_text", queries, k) for i in range(n_shards)))
         scores, ids = merge_topk([s for s, _ in per_shard], [i for _, i in per_shard], k)
+        t1 = time.perf_counter()
+        self.stats["search_s"] += t1 - t0
         docs = await self._fetch(ids)
+        self.stats["fetch_s"] += time.perf_counter() - t1
         return [
             [{**docs[int(g)], "score": float(s)} for s, g in zip(srow, irow) if g >= 0]
             for srow, irow in zip(scores, ids)
@@ -319,26 +332,36 @@ class RetrievalPool:
         wanted = np.unique(ids[ids >= 0])
         owner = np.searchsorted(self.starts, wanted, side="right") - 1
         groups = {int(i): wanted[owner == i].tolist() for i in np.unique(owner)}
-        fetched = await asyncio.gather(*(self._call(i, "fetch", g) for i, g in groups.items()))
+        fetched = await asyncio.gather(*(self._call(self.shards, i, "fetch", g) for i, g in groups.items()))
         return {gid: doc for g, docs in zip(groups.values(), fetched) for gid, doc in zip(g, docs)}
 
-    async def _call(self, i: int, method: str, *args):
-        """Call a shard method; on actor death wait for Ray to restart it and retry."""
+    async def _encode(self, queries: list[str]) -> np.ndarray:
+        """Split a micro-batch into contiguous chunks, one per query encoder; float32 `[n, dim]`."""
+        n = min(len(self.encoders), len(queries))
+        bounds = np.linspace(0, len(queries), n + 1).astype(int)
+        parts = await asyncio.gather(
+            *(self._call(self.encoders, j, "encode_queries", queries[bounds[j] : bounds[j + 1]]) for j in range(n))
+        )
+        return np.concatenate(parts)
+
+    async def _call(self, actors: list, i: int, method: str, *args):
+        """Call `actors[i].method`; on actor death wait for Ray to restart it and retry."""
         from ray.exceptions import ActorUnavailableError, RayActorError
 
         retries = self.cfg["max_retries"]
         for attempt in range(retries + 1):
             try:
-                return await getattr(self.shards[i], method).remote(*args)
+                return await getattr(actors[i], method).remote(*args)
             except (RayActorError, ActorUnavailableError) as e:
                 if attempt == retries:
+                    what = f"shard {i} ({self.manifest.shards[i].name} of {self.index_dir})" if actors is self.shards else f"query encoder {i}"
                     raise ShardUnavailableError(
-                        f"shard {i} ({self.manifest.shards[i].name} of {self.index_dir}) is down after "
+                        f"{what} is down after "
                         f"{attempt + 1} attempts ({type(e).__name__}); check the shard actor's log, "
                         f"raise retrieval.max_restarts/max_retries, or rebuild the shard"
                     ) from e
                 self.stats["retries"] += 1
-                log.warning("shard %d %s failed (%s); retry %d/%d", i, method, type(e).__name__, attempt + 1, retries)
+                log.warning("%s %d failed (%s); retry %d/%d", method, i, type(e).__name__, attempt + 1, retries)
                 await asyncio.sleep(self.cfg["retry_backoff_s"] * (2**attempt))
 
 
@@ -368,11 +391,11 @@ def start_retrieval_pool(index_dir: str | Path, retrieval, name: str | None = No
     try:
         ray.get(pool.ready.remote(), timeout=startup_timeout_s)
     except ray.exceptions.GetTimeoutError as e:
-        need = cfg["pool_cpus"] + len(manifest.shards) * cfg["shard_cpus"]
+        need = cfg["pool_cpus"] + len(manifest.shards) * cfg["shard_cpus"] + cfg["query_encoders"] * cfg["encoder_cpus"]
         ray.kill(pool)
         raise TimeoutError(
             f"RetrievalPool over {index_dir} not ready after {startup_timeout_s:.0f} s; it needs "
-            f"{need:g} CPUs (retrieval.pool_cpus + {len(manifest.shards)} x retrieval.shard_cpus) and the "
+            f"{need:g} CPUs (retrieval.pool_cpus + {len(manifest.shards)} x shard_cpus + query_encoders x encoder_cpus) and the "
             f"cluster has {ray.available_resources().get('CPU', 0):g} free: lower them or add nodes"
         ) from e
     return pool

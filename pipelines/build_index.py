@@ -38,6 +38,7 @@ from actors.index_store import (
     shard_ranges,
     write_docs,
 )
+from configs import save_config
 from pipelines.data import count_records, iter_corpus, pack_file
 
 MANIFEST_VERSION = 1
@@ -46,10 +47,7 @@ MANIFEST_VERSION = 1
 def build_params(cfg, corpus_path: Path, num_docs: int) -> dict:
     """Everything that determines the index's content; a resumed build must see the same dict."""
     index = cfg.index.model_dump(exclude={"dir", "encode_actors", "encode_cpus"})
-    encoder = None if cfg.index.type == "bm25" else EncoderSpec.from_config(cfg.encoder).to_dict()
-    if encoder:
-        encoder.pop("batch_size")
-        encoder.pop("device")
+    encoder = None if cfg.index.type == "bm25" else EncoderSpec.from_config(cfg.encoder).index_fields()
     return {"corpus": str(corpus_path.resolve()), "num_docs": num_docs, "index": index, "encoder": encoder}
 
 
@@ -90,19 +88,26 @@ def write_shard_docs(corpus_path: Path, index_dir: Path, todo: dict[int, tuple[i
         write_docs(work / DOCS, [p.id for p in chunk], [p.title for p in chunk], [p.text for p in chunk], row_group_size)
 
 
-def embed_docs(docs_path: Path, spec: EncoderSpec, num_actors: int, cpus_per_actor: float) -> np.ndarray:
+def embed_docs(docs_path: Path, spec: EncoderSpec, num_actors: int, cpus_per_actor: float, on_rows=None) -> np.ndarray:
     """Embed a shard's `docs.parquet` with Ray Data over `num_actors` encoder actors.
 
+    The file is split into blocks of about 1,024 rows so several actors (on several nodes) share a
+    shard; `on_rows(n)` is called as embedded rows come back (progress bars).
     Returns float32 `[rows, dim]` in the file's row order (rows carry their index, so Ray Data's
     output order does not matter).
     """
     import os
 
+    import pyarrow.parquet as pq
     import ray
 
     from actors.encoder import PassageEncoderUDF
 
-    ds = ray.data.read_parquet(str(docs_path), columns=["row", "title", "text"])
+    ray.data.DataContext.get_current().enable_progress_bars = False  # the build's own bar reports
+    num_rows = pq.ParquetFile(docs_path).metadata.num_rows
+    ds = ray.data.read_parquet(
+        str(docs_path), columns=["row", "title", "text"], override_num_blocks=max(num_actors, -(-num_rows // 1024))
+    )
     threads = max(1, (os.cpu_count() or 1) // num_actors)
     ds = ds.map_batches(
         PassageEncoderUDF,
@@ -116,11 +121,13 @@ def embed_docs(docs_path: Path, spec: EncoderSpec, num_actors: int, cpus_per_act
     for batch in ds.iter_batches(batch_format="numpy", batch_size=None):
         parts_rows.append(batch["row"])
         parts_vecs.append(batch["embedding"])
+        if on_rows:
+            on_rows(len(batch["row"]))
     rows = np.concatenate(parts_rows)
-    vectors = np.empty((len(rows), parts_vecs[0].shape[1]), dtype=np.float32)
+    if len(rows) != num_rows or not np.array_equal(np.sort(rows), np.arange(num_rows)):
+        raise RuntimeError(f"{docs_path}: Ray Data returned {len(rows)} embeddings for {num_rows} rows, with gaps or repeats")
+    vectors = np.empty((num_rows, parts_vecs[0].shape[1]), dtype=np.float32)
     vectors[rows] = np.concatenate(parts_vecs)
-    if not np.array_equal(np.sort(rows), np.arange(len(rows))):
-        raise RuntimeError(f"{docs_path}: Ray Data returned {len(rows)} embeddings with missing/duplicate rows")
     return vectors
 
 
@@ -138,8 +145,9 @@ def build_bm25(shard_dir: Path, texts: list[str]) -> int:
     return len(texts)
 
 
-def build_shard(cfg, index_dir: Path, i: int, start: int, count: int, spec: EncoderSpec | None) -> ShardRecord:
-    """Index shard `i` (rows [start, start+count)) from `shard-i.partial/docs.parquet`, then rename it into place."""
+def build_shard(cfg, index_dir: Path, i: int, start: int, count: int, spec: EncoderSpec | None, on_rows=None) -> ShardRecord:
+    """Index shard `i` (rows [start, start+count)) from `shard-i.partial/docs.parquet`, then rename it
+    into place. `on_rows(n)` reports embedding progress."""
     import pyarrow.parquet as pq
 
     final = index_dir / shard_name(i)
@@ -151,7 +159,7 @@ def build_shard(cfg, index_dir: Path, i: int, start: int, count: int, spec: Enco
     else:
         import faiss
 
-        vectors = embed_docs(work / DOCS, spec, cfg.index.encode_actors, cfg.index.encode_cpus)
+        vectors = embed_docs(work / DOCS, spec, cfg.index.encode_actors, cfg.index.encode_cpus, on_rows)
         factory, params = faiss_factory(cfg.index, vectors.shape[1], len(vectors))
         index = build_faiss_index(vectors, factory, params)
         faiss.write_index(index, str(work / FAISS_FILE))
@@ -209,13 +217,15 @@ def build_index(cfg, corpus_path: str | Path | None = None, progress: bool = Tru
     bar = tqdm(total=num_docs, unit="doc", desc=f"index {index_dir.name}", disable=not progress)
     for i, (start, count) in enumerate(ranges):
         raw = done[i]
+        bar.set_postfix_str(shard_name(i) + (" already built, skipped" if raw else ""))
         if raw is None:
-            record = build_shard(cfg, index_dir, i, start, count, spec)
+            before = bar.n
+            record = build_shard(cfg, index_dir, i, start, count, spec, on_rows=bar.update)
             raw = json.loads((index_dir / record.name / SHARD_RECORD).read_text())
+            bar.update(count - (bar.n - before))  # BM25 shards report no rows on the way
         else:
-            bar.set_postfix_str(f"{shard_name(i)} already built, skipped")
+            bar.update(count)
         shard_raw.append(raw)
-        bar.update(count)
     bar.close()
 
     first = shard_raw[0]
@@ -226,12 +236,13 @@ def build_index(cfg, corpus_path: str | Path | None = None, progress: bool = Tru
         metric="bm25" if spec is None else "inner_product",
         dim=first.get("dim"),
         normalized=bool(spec and spec.normalize),
-        encoder=None if spec is None else {k: v for k, v in spec.to_dict().items() if k not in ("batch_size", "device")},
+        encoder=None if spec is None else spec.index_fields(),
         index={"type": cfg.index.type, "fp16": cfg.index.fp16, "factory": first.get("factory"), "params": first.get("params", {})},
         num_docs=num_docs,
         shards=records,
         corpus={"path": params["corpus"], "limit": cfg.data.corpus_limit},
         build_seconds=round(time.perf_counter() - t0, 3),
     )
+    save_config(cfg, index_dir / "config.yaml")  # the resolved config that produced this index
     atomic_write_text(index_dir / MANIFEST, manifest.to_json())
     return manifest

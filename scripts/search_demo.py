@@ -14,26 +14,17 @@ import sys
 import textwrap
 import time
 
-from configs import DEFAULT_CONFIG, ConfigError, add_config_args, config_from_args
+from scripts.cli import parse_config, user_errors
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scripts.search_demo", description=__doc__.splitlines()[0])
     parser.add_argument("--questions", type=int, default=8, help="test questions to search (default 8)")
-    add_config_args(parser, default_config=str(DEFAULT_CONFIG))
-    args = parser.parse_args(argv)
-    try:
-        cfg = config_from_args(args)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    from pipelines.data import DataPackError, iter_qa, pack_file
+    args, cfg = parse_config(parser, argv)
+    from pipelines.data import iter_qa, pack_file
 
-    try:
+    with user_errors():
         test_file = pack_file(cfg.data.test, cfg.data.dir)
-    except DataPackError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
 
     import ray
 
@@ -45,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     init_ray(cfg.ray)
     try:
         t0 = time.perf_counter()
-        manifest = build_index(cfg)
+        with user_errors():
+            manifest = build_index(cfg)
         print(f"index ready: {cfg.index.dir} ({manifest.num_docs} passages, {len(manifest.shards)} shards, "
               f"{manifest.index_type}) in {time.perf_counter() - t0:.1f} s")
         pool = start_retrieval_pool(cfg.index.dir, cfg.retrieval)

@@ -15,7 +15,7 @@ import signal
 import sys
 import time
 
-from configs import DEFAULT_CONFIG, ConfigError, add_config_args, config_from_args
+from scripts.cli import parse_config, user_errors
 
 
 def _interrupt(signum, frame):
@@ -24,20 +24,11 @@ def _interrupt(signum, frame):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scripts.serve_retrieval", description=__doc__.splitlines()[0])
-    add_config_args(parser, default_config=str(DEFAULT_CONFIG))
-    try:
-        cfg = config_from_args(parser.parse_args(argv))
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-
+    _, cfg = parse_config(parser, argv)
     from actors.index_store import IndexFormatError, Manifest
 
-    try:
+    with user_errors():
         Manifest.load(cfg.index.dir)  # fail fast, before starting Ray
-    except IndexFormatError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
 
     import ray
     from ray import serve
@@ -45,8 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     from actors.retrieval import start_retrieval_pool
     from actors.retrieval_http import serve_retrieval
 
-    local = cfg.ray.address is None
-    ray.init(address=cfg.ray.address, namespace=cfg.ray.namespace, **({"num_cpus": cfg.ray.num_cpus} if local else {}))
+    from cluster.ray_init import init_ray
+
+    local = init_ray(cfg.ray)
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         try:
