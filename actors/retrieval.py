@@ -158,6 +158,13 @@ class ShardSearcher:
         """Documents for global ids owned by this shard, as `{doc_id, title, text}` in the given order."""
         return self.docs.get([int(g) - self.start for g in global_ids])
 
+    def search_with_docs(self, query, k: int) -> tuple[np.ndarray, np.ndarray, dict[int, dict]]:
+        """`search` (float32 `[n, dim]` vectors) or `search_text` (BM25: a list of strings), plus the
+        documents of every hit keyed by global id, so the pool needs no second round trip for them."""
+        scores, ids = self.search_text(query, k) if self.bm25 is not None else self.search(query, k)
+        hit_ids = np.unique(ids[ids >= 0]).tolist()
+        return scores, ids, dict(zip(hit_ids, self.fetch(hit_ids)))
+
 
 @dataclass
 class _Request:
@@ -207,7 +214,7 @@ class RetrievalPool:
         self._loop_task: asyncio.Task | None = None
         self._inflight: asyncio.Semaphore | None = None
         self.stats = {"requests": 0, "queries": 0, "batches": 0, "retries": 0, "errors": 0,
-                      "encode_s": 0.0, "search_s": 0.0, "fetch_s": 0.0, "queue_wait_s": 0.0}
+                      "encode_s": 0.0, "search_s": 0.0, "queue_wait_s": 0.0}
 
     # -- public API ------------------------------------------------------------------------
     async def ready(self) -> dict:
@@ -217,7 +224,7 @@ class RetrievalPool:
 
     async def get_stats(self) -> dict:
         """Counters: requests, queries, batches (mean batch = queries / batches), retries, errors, and
-        seconds summed over batches: encode_s, search_s (fan-out + merge), fetch_s (documents),
+        seconds summed over batches: encode_s, search_s (fan-out, merge, documents),
         queue_wait_s (summed over requests: arrival to batch start)."""
         return dict(self.stats)
 
@@ -309,31 +316,22 @@ class RetrievalPool:
             self._inflight.release()
 
     async def _search_merged(self, queries: list[str], k: int) -> list[list[Hit]]:
-        n_shards = len(self.shards)
         t0 = time.perf_counter()
+        query = queries
         if self.dense:
-            vectors = await self._encode(queries)
+            query = await self._encode(queries)
             self.stats["encode_s"] += time.perf_counter() - t0
             t0 = time.perf_counter()
-            per_shard = await asyncio.gather(*(self._call(self.shards, i, "search", vectors, k) for i in range(n_shards)))
-        else:
-            per_shard = await asyncio.gather(*(self._call(self.shards, i, "search_text", queries, k) for i in range(n_shards)))
-        scores, ids = merge_topk([s for s, _ in per_shard], [i for _, i in per_shard], k)
-        t1 = time.perf_counter()
-        self.stats["search_s"] += t1 - t0
-        docs = await self._fetch(ids)
-        self.stats["fetch_s"] += time.perf_counter() - t1
+        per_shard = await asyncio.gather(
+            *(self._call(self.shards, i, "search_with_docs", query, k) for i in range(len(self.shards)))
+        )
+        scores, ids = merge_topk([p[0] for p in per_shard], [p[1] for p in per_shard], k)
+        docs = {gid: doc for p in per_shard for gid, doc in p[2].items()}
+        self.stats["search_s"] += time.perf_counter() - t0
         return [
             [{**docs[int(g)], "score": float(s)} for s, g in zip(srow, irow) if g >= 0]
             for srow, irow in zip(scores, ids)
         ]
-
-    async def _fetch(self, ids: np.ndarray) -> dict[int, dict]:
-        wanted = np.unique(ids[ids >= 0])
-        owner = np.searchsorted(self.starts, wanted, side="right") - 1
-        groups = {int(i): wanted[owner == i].tolist() for i in np.unique(owner)}
-        fetched = await asyncio.gather(*(self._call(self.shards, i, "fetch", g) for i, g in groups.items()))
-        return {gid: doc for g, docs in zip(groups.values(), fetched) for gid, doc in zip(g, docs)}
 
     async def _encode(self, queries: list[str]) -> np.ndarray:
         """Split a micro-batch into contiguous chunks, one per query encoder; float32 `[n, dim]`."""
