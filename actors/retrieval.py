@@ -1,9 +1,10 @@
 """Retrieval actors: `RetrievalShard` (one index shard + its documents) and `RetrievalPool`
 (encode queries, fan out to every shard, merge per-shard top-k into the global top-k).
 
-The plain classes `ShardSearcher` and `merge_topk` hold the logic and are usable without Ray;
-the Ray actors are thin shells. The pool micro-batches concurrent callers: requests arriving within
-`retrieval.batch_wait_ms` share one encode and one search per shard.
+The plain classes `ShardSearcher`, `merge_topk` (and `actors.encoder.TextEncoder`) hold the logic
+and are usable without Ray; the Ray actors are thin shells. The pool micro-batches concurrent
+callers: requests arriving within `retrieval.batch_wait_ms` (or queued while earlier batches are in
+flight) share one encode and one search per shard.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ class Hit(TypedDict):
 
 
 class ShardUnavailableError(RuntimeError):
-    """A shard stayed down through every retry; the pool never answers with fewer shards."""
+    """A shard (or query encoder) stayed down through every retry; the pool never answers with fewer shards."""
 
 
 class RetrievalRequestError(ValueError):
@@ -177,7 +178,9 @@ class _Request:
 class RetrievalPool:
     """Query encoding, fan-out to every shard, global top-k merge, micro-batching, retries.
 
-    Used as a Ray async actor (`start_retrieval_pool`). Args:
+    Owns `retrieval.query_encoders` TextEncoder actors (a micro-batch is split across them) and one
+    ShardSearcher actor per shard; both restart on a crash (`max_restarts`) and the pool retries
+    the call (`max_retries`). Used as a Ray async actor (`start_retrieval_pool`). Args:
         index_dir: an index directory written by `pipelines.build_index`.
         retrieval: a `configs.schema.RetrievalConfig` as a dict (batching window, limits, retries).
         shard_options: extra Ray options for shard actors (e.g. resources for multi-node placement).
@@ -200,16 +203,15 @@ class RetrievalPool:
             from actors.encoder import EncoderSpec, TextEncoder
 
             n = retrieval["query_encoders"]
-            threads = retrieval.get("encoder_threads") or max(1, (os.cpu_count() or 1) // n)
-            spec = EncoderSpec(**self.manifest.encoder, device=retrieval.get("encoder_device", "cpu"))
-            enc_opts = {"num_cpus": retrieval["encoder_cpus"], "num_gpus": retrieval.get("encoder_gpus", 0.0)} | restart
+            threads = retrieval["encoder_threads"] or max(1, (os.cpu_count() or 1) // n)
+            spec = EncoderSpec(**self.manifest.encoder, device=retrieval["encoder_device"])
+            enc_opts = {"num_cpus": retrieval["encoder_cpus"], "num_gpus": retrieval["encoder_gpus"]} | restart
             self.encoders = [ray.remote(TextEncoder).options(**enc_opts).remote(spec, threads) for _ in range(n)]
         shard_opts = {"num_cpus": retrieval["shard_cpus"]} | restart | (shard_options or {})
         self.shards = [
             ray.remote(ShardSearcher).options(**shard_opts).remote(str(self.index_dir / s.name), 1, search_delay_s)
             for s in self.manifest.shards
         ]
-        self.starts = np.array([s.start for s in self.manifest.shards], dtype=np.int64)
         self._queue: asyncio.Queue[_Request] | None = None
         self._loop_task: asyncio.Task | None = None
         self._inflight: asyncio.Semaphore | None = None
@@ -382,7 +384,9 @@ def start_retrieval_pool(index_dir: str | Path, retrieval, name: str | None = No
 
     manifest = Manifest.load(index_dir)  # fail before starting actors
     cfg = retrieval if isinstance(retrieval, dict) else retrieval.model_dump()
-    opts = {"num_cpus": cfg["pool_cpus"], "max_concurrency": 1000}
+    # Searches are idempotent, so a restarted pool (with fresh shards) may safely re-run them.
+    opts = {"num_cpus": cfg["pool_cpus"], "max_concurrency": 1000, "max_restarts": cfg["max_restarts"],
+            "max_task_retries": cfg["max_retries"]}
     if name:
         opts["name"] = name
     pool = ray.remote(RetrievalPool).options(**opts).remote(str(index_dir), cfg, **kwargs)

