@@ -68,14 +68,6 @@ class Manifest:
     corpus: dict
     build_seconds: float = 0.0
 
-    @property
-    def query_prefix(self) -> str:
-        return (self.encoder or {}).get("query_prefix", "")
-
-    @property
-    def passage_prefix(self) -> str:
-        return (self.encoder or {}).get("passage_prefix", "")
-
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
 
