@@ -1,17 +1,35 @@
-"""Answer metrics shared by every recipe and by retrieval evaluation.
+"""Answer metrics shared by every recipe, by evaluation and by retrieval recall.
 
-SQuAD-style normalization (lowercase, strip punctuation and the articles a/an/the, collapse
-whitespace), and `span_check`: a normalized gold answer occurs as a contiguous token span of the
-normalized prediction (s3 §4.1 / Eq. 3; the has_answer test of DPR and Pyserini). Pure Python.
+All take a prediction string and a list of gold answer strings. Normalization is SQuAD's
+(lowercase, strip punctuation and the articles a/an/the, collapse whitespace). Pure Python.
+
+- `exact_match` (EM) and `cover_exact_match` (cover-EM / SubEM: a normalized gold answer is a
+  substring of the normalized prediction);
+- `f1_score`: token-overlap F1, max over gold answers (R1-Searcher Eq. 4), with the HotpotQA rule
+  for yes/no answers: "yes"/"no"/"noanswer" score only when prediction and gold agree exactly;
+- `span_check`: a normalized gold answer occurs as a contiguous token span of the normalized
+  prediction (s3 §4.1, Eq. 3; the has_answer test of DPR/Pyserini);
+- `gen_acc` = span_check ∨ judge_check (s3 Eq. 3), the judge asked with the s3 Fig. 13 prompt
+  only when the span check fails (s3 Appendix A.4).
 """
 
 from __future__ import annotations
 
 import re
 import string
+from collections import Counter
+from collections.abc import Callable
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = set(string.punctuation)
+_YES_NO = {"yes", "no", "noanswer"}
+
+# s3 Fig. 13 / Appendix A.4: golden answers are shown as Python's str() of the list.
+JUDGE_PROMPT = (
+    "Please check if any of the golden answers is contained in the following response: {response}\n"
+    "Golden answers: {golden_answers}\n"
+    "Please directly answer with 'yes' or 'no'."
+)
 
 
 def normalize_answer(text: str) -> str:
@@ -21,11 +39,41 @@ def normalize_answer(text: str) -> str:
     return " ".join(text.split())
 
 
+def exact_match(prediction: str, golds: list[str]) -> float:
+    """1.0 if the normalized prediction equals a normalized gold answer, else 0.0 (golds that
+    normalize to nothing never match)."""
+    pred = normalize_answer(prediction)
+    return float(any((g := normalize_answer(gold)) and pred == g for gold in golds))
+
+
+def cover_exact_match(prediction: str, golds: list[str]) -> float:
+    """1.0 if a normalized (non-empty) gold answer is a substring of the normalized prediction (cover-EM)."""
+    pred = normalize_answer(prediction)
+    return float(any((g := normalize_answer(gold)) and g in pred for gold in golds))
+
+
+def _f1(pred: str, gold: str) -> float:
+    if (pred in _YES_NO or gold in _YES_NO) and pred != gold:
+        return 0.0  # HotpotQA's official rule: yes/no answers get no partial credit
+    p, g = pred.split(), gold.split()
+    common = sum((Counter(p) & Counter(g)).values())
+    if common == 0:
+        return 0.0
+    return 2 * common / (len(p) + len(g))  # = 2PR/(P+R) = 2·IN/(PN+RN), R1-Searcher Eq. 4
+
+
+def f1_score(prediction: str, golds: list[str]) -> float:
+    """Token-level F1 between normalized prediction and gold, max over golds, in [0, 1] (R1-Searcher Eq. 4)."""
+    pred = normalize_answer(prediction)
+    return max((_f1(pred, normalize_answer(g)) for g in golds), default=0.0)
+
+
 def span_check(prediction: str, golds: list[str]) -> bool:
     """True if some normalized gold answer is a contiguous token span of the normalized prediction.
 
-    Token-level, so "1990" does not match inside "19901" and "art" not inside "party". Empty
-    golds (after normalization) never match. Source: s3 §4.1, Eq. 3 (span_check).
+    Token-level, so "1990" does not match inside "19901" and "art" not inside "party"; golds that
+    normalize to nothing never match. Known failure (s3 Appendix A.4): "not true" matches "true",
+    which is why s3 drops yes/no questions from training. Source: s3 §4.1, Eq. 3.
     """
     tokens = normalize_answer(prediction).split()
     for gold in golds:
@@ -33,3 +81,26 @@ def span_check(prediction: str, golds: list[str]) -> bool:
         if g and any(tokens[i : i + len(g)] == g for i in range(len(tokens) - len(g) + 1)):
             return True
     return False
+
+
+def judge_prompt(response: str, golds: list[str]) -> str:
+    """The judge_check prompt of s3 Fig. 13 for a response and its gold answers."""
+    return JUDGE_PROMPT.format(response=response, golden_answers=str(list(golds)))
+
+
+def parse_judge(reply: str) -> bool:
+    """A judge reply means yes when its first word (normalized) is "yes"; anything else is no."""
+    words = normalize_answer(reply).split()
+    return bool(words) and words[0] == "yes"
+
+
+def gen_acc(prediction: str, golds: list[str], judge: Callable[[str, list[str]], bool] | None = None) -> float:
+    """Generation Accuracy = span_check ∨ judge_check, in {0.0, 1.0} (s3 Eq. 3).
+
+    Args:
+        judge: `judge(response, golds) -> bool`, e.g. a frozen LLM answering `judge_prompt`; called
+            only when the span check fails. None = span_check alone.
+    """
+    if span_check(prediction, golds):
+        return 1.0
+    return float(bool(judge and judge(prediction, golds)))
