@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import OrderedDict
 import logging
 import time
 from dataclasses import dataclass, field
@@ -215,7 +216,8 @@ class RetrievalPool:
         self._queue: asyncio.Queue[_Request] | None = None
         self._loop_task: asyncio.Task | None = None
         self._inflight: asyncio.Semaphore | None = None
-        self.stats = {"requests": 0, "queries": 0, "batches": 0, "retries": 0, "errors": 0,
+        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()  # query -> vector, LRU
+        self.stats = {"requests": 0, "queries": 0, "batches": 0, "retries": 0, "errors": 0, "cache_hits": 0,
                       "encode_s": 0.0, "search_s": 0.0, "queue_wait_s": 0.0}
 
     # -- public API ------------------------------------------------------------------------
@@ -225,7 +227,8 @@ class RetrievalPool:
         return {"num_docs": self.manifest.num_docs, "num_shards": len(self.shards), "index_type": self.manifest.index_type}
 
     async def get_stats(self) -> dict:
-        """Counters: requests, queries, batches (mean batch = queries / batches), retries, errors, and
+        """Counters: requests, queries, batches (mean batch = queries / batches), retries, errors,
+        cache_hits (queries whose vector came from the cache), and
         seconds summed over batches: encode_s, search_s (fan-out, merge, documents),
         queue_wait_s (summed over requests: arrival to batch start)."""
         return dict(self.stats)
@@ -336,13 +339,28 @@ class RetrievalPool:
         ]
 
     async def _encode(self, queries: list[str]) -> np.ndarray:
-        """Split a micro-batch into contiguous chunks, one per query encoder; float32 `[n, dim]`."""
-        n = min(len(self.encoders), len(queries))
-        bounds = np.linspace(0, len(queries), n + 1).astype(int)
-        parts = await asyncio.gather(
-            *(self._call(self.encoders, j, "encode_queries", queries[bounds[j] : bounds[j + 1]]) for j in range(n))
-        )
-        return np.concatenate(parts)
+        """Query vectors, float32 `[n, dim]`: cached ones from the LRU cache, the rest encoded with the
+        micro-batch split into contiguous chunks, one per query encoder."""
+        cache, size = self._vectors, self.cfg["query_cache_size"]
+        misses = list(dict.fromkeys(q for q in queries if q not in cache))
+        self.stats["cache_hits"] += sum(q in cache for q in queries)
+        fresh: dict[str, np.ndarray] = {}
+        if misses:
+            n = min(len(self.encoders), len(misses))
+            bounds = np.linspace(0, len(misses), n + 1).astype(int)
+            parts = await asyncio.gather(
+                *(self._call(self.encoders, j, "encode_queries", misses[bounds[j] : bounds[j + 1]]) for j in range(n))
+            )
+            fresh = dict(zip(misses, np.concatenate(parts)))
+        out = np.stack([fresh[q] if q in fresh else cache[q] for q in queries])
+        for q in queries:  # refresh recency; insert the new ones
+            if q in cache:
+                cache.move_to_end(q)
+            elif size:
+                cache[q] = fresh[q]
+        while len(cache) > size:
+            cache.popitem(last=False)
+        return out
 
     async def _call(self, actors: list, i: int, method: str, *args):
         """Call `actors[i].method`; on actor death wait for Ray to restart it and retry."""

@@ -127,6 +127,12 @@ class RetrievalConfig(StrictModel):
         description="Torch threads per query encoder; None = node cores / query_encoders. Processes beat "
         "threads here: 2 encoders x 1 thread encode 282 queries/s, 1 x 2 threads 225 (2 cores).",
     )
+    query_cache_size: int = Field(
+        10000,
+        ge=0,
+        description="Query vectors kept by the pool (LRU, keyed by query text; 0 = off). RL rollouts repeat "
+        "queries (n samples per question); 10,000 MiniLM vectors take 15 MB.",
+    )
     max_inflight_batches: int = Field(
         2, ge=1, description="Micro-batches in flight at once (encoding one while another searches)."
     )

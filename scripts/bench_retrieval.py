@@ -181,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
 
     init_ray(cfg.ray)
     try:
-        pool = start_retrieval_pool(index_dir, cfg.retrieval)
+        # No query-vector cache: every measurement reuses the same queries, and the baseline has none.
+        pool = start_retrieval_pool(index_dir, cfg.retrieval.model_copy(update={"query_cache_size": 0}))
         ray.get(pool.search.remote(bench_q[:64], K))  # warm up
         report["pool"] = []
         for c in CONCURRENCY:

@@ -152,7 +152,11 @@ def test_shard_killed_mid_request_is_restarted_and_request_succeeds(ray_local, s
     expected = ray_local.get(expected_pool.search.remote(questions[:4], 5))
     shards = ray_local.get(pool.shard_handles.remote())
     ref = pool.search.remote(questions[:4], 5)
-    time.sleep(0.7)  # the request is now inside the shards' search
+    deadline = time.monotonic() + 60
+    while ray_local.get(pool.get_stats.remote())["encode_s"] == 0.0:  # encoded: the fan-out starts now
+        assert time.monotonic() < deadline, "the request never reached the shards"
+        time.sleep(0.02)
+    time.sleep(0.3)  # well inside the shards' 1.5 s search
     ray_local.kill(shards[0], no_restart=False)
     assert ray_local.get(ref, timeout=120) == expected
     stats = ray_local.get(pool.get_stats.remote())
@@ -168,3 +172,23 @@ def test_shard_that_stays_down_is_a_clear_error(ray_local, small_index, question
     with pytest.raises(ShardUnavailableError, match="shard 1 .*down after 2 attempts"):
         ray_local.get(pool.search.remote(questions[:2], 3), timeout=120)
     ray_local.kill(pool)
+
+
+def test_repeated_queries_reuse_cached_vectors(ray_local, pool, questions):
+    """RL rollouts repeat queries; the pool encodes each distinct query once and answers the same."""
+    q = [questions[5], questions[6], questions[5]]  # a repeat inside one request too
+    before = ray_local.get(pool.get_stats.remote())["cache_hits"]
+    first = ray_local.get(pool.search.remote(q, 3))
+    second = ray_local.get(pool.search.remote(q, 3))
+    hits = ray_local.get(pool.get_stats.remote())["cache_hits"] - before
+    assert first == second and first[0] == first[2]
+    assert hits >= 3  # the whole second request
+
+
+def test_cache_off_still_answers(ray_local, small_index, questions):
+    p = start_retrieval_pool(small_index, light(query_cache_size=0))
+    a = ray_local.get(p.search.remote(questions[:2], 3))
+    b = ray_local.get(p.search.remote(questions[:2], 3))
+    assert ray_local.get(p.get_stats.remote())["cache_hits"] == 0
+    assert [[h["doc_id"] for h in r] for r in a] == [[h["doc_id"] for h in r] for r in b]
+    ray_local.kill(p)
