@@ -40,7 +40,8 @@ class EncoderSpec:
 
     @classmethod
     def from_config(cls, cfg) -> "EncoderSpec":
-        """Build from a `configs.schema.EncoderConfig` (same field names)."""
+        """Build from a `configs.schema.EncoderConfig` (same field names; `query_batch_size` is a
+        serving setting, `retrieval.query_batch_size`)."""
         return cls(**cfg.model_dump())
 
     def to_dict(self) -> dict:

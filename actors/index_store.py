@@ -29,7 +29,6 @@ SHARD_RECORD = "shard.json"
 DOCS = "docs.parquet"
 FAISS_FILE = "index.faiss"
 BM25_DIR = "bm25"
-INDEX_TYPES = ("flat", "hnsw", "ivf_pq", "bm25")
 
 
 class IndexFormatError(RuntimeError):
@@ -53,7 +52,9 @@ class Manifest:
     """What an index directory holds; enough for a reader to load and query it correctly.
 
     `encoder` is an `EncoderSpec` dict (None for BM25); `metric` is "inner_product" (vectors) or
-    "bm25"; `index` holds the type and its parameters (e.g. faiss factory string, fp16).
+    "bm25"; `index` holds the type and its parameters (e.g. faiss factory string, fp16);
+    `build_seconds` is the wall time of the run that finished the build (a resumed build counts
+    only its own part).
     """
 
     version: int

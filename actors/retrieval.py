@@ -205,7 +205,9 @@ class RetrievalPool:
 
             n = retrieval["query_encoders"]
             threads = retrieval["encoder_threads"] or max(1, (os.cpu_count() or 1) // n)
-            spec = EncoderSpec(**self.manifest.encoder, device=retrieval["encoder_device"])
+            spec = EncoderSpec(
+                **self.manifest.encoder, device=retrieval["encoder_device"], query_batch_size=retrieval["query_batch_size"]
+            )
             enc_opts = {"num_cpus": retrieval["encoder_cpus"], "num_gpus": retrieval["encoder_gpus"]} | restart
             self.encoders = [ray.remote(TextEncoder).options(**enc_opts).remote(spec, threads) for _ in range(n)]
         shard_opts = {"num_cpus": retrieval["shard_cpus"]} | restart | (shard_options or {})
@@ -253,7 +255,7 @@ class RetrievalPool:
         if self._queue is None:
             self._queue = asyncio.Queue()
             self._inflight = asyncio.Semaphore(self.cfg["max_inflight_batches"])
-            self._loop_task = asyncio.get_running_loop().create_task(self._batch_loop())
+            self._loop_task = asyncio.get_running_loop().create_task(self._batch_loop())  # held: the loop keeps running
         fut = asyncio.get_running_loop().create_future()
         await self._queue.put(_Request(list(queries), int(k), fut))
         return await fut

@@ -55,9 +55,6 @@ class EncoderConfig(StrictModel):
         256, gt=0, description="Truncate inputs to this many tokens; None = the model's default."
     )
     batch_size: int = Field(64, gt=0, description="Passages per encoder forward pass (index build).")
-    query_batch_size: int = Field(
-        16, gt=0, description="Queries per encoder forward pass; small chunks of length-sorted queries pad less."
-    )
     device: str = Field("cpu", description="Torch device, e.g. 'cpu' or 'cuda:0'.")
     precision: Literal["fp32", "bf16"] = Field(
         "fp32",
@@ -121,6 +118,9 @@ class RetrievalConfig(StrictModel):
     encoder_cpus: float = Field(0.25, ge=0, description="CPUs reserved per query encoder actor.")
     encoder_gpus: float = Field(0.0, ge=0, description="GPUs per query encoder actor (set encoder_device too).")
     encoder_device: str = Field("cpu", description="Torch device of the query encoders, e.g. 'cuda'.")
+    query_batch_size: int = Field(
+        16, gt=0, description="Queries per encoder forward pass; small chunks of length-sorted queries pad less."
+    )
     encoder_threads: int | None = Field(
         None,
         gt=0,

@@ -45,7 +45,7 @@ class FlatBaseline:
     throughput here. The tuned baseline is the one speedups are reported against.
     """
 
-    def __init__(self, index_dir: Path, manifest):
+    def __init__(self, index_dir: Path, manifest, query_batch_size: int):
         import faiss
         import pyarrow.parquet as pq
 
@@ -55,7 +55,7 @@ class FlatBaseline:
         vectors = load_shard_vectors(index_dir)
         self.index = faiss.IndexFlatIP(vectors.shape[1])
         self.index.add(vectors)
-        self.encoder = TextEncoder(EncoderSpec(**manifest.encoder))
+        self.encoder = TextEncoder(EncoderSpec(**manifest.encoder, query_batch_size=query_batch_size))
         self.docs = []
         for s in manifest.shards:
             t = pq.read_table(index_dir / s.name / "docs.parquet", columns=["id", "title", "text"]).to_pydict()
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"baseline: loading one flat index over {manifest.num_docs} passages ...", flush=True)
     from actors.index_store import tune_faiss
 
-    baseline = FlatBaseline(index_dir, manifest)
+    baseline = FlatBaseline(index_dir, manifest, cfg.retrieval.query_batch_size)  # encodes as the pool does
     baseline.search(bench_q[:8], K)  # warm up
     report["baseline_faiss_defaults"] = bench_baseline(baseline, bench_q[:256])  # as the seeds ran it
     tune_faiss(1)
