@@ -1,0 +1,278 @@
+"""s3 (seed 000): train only the searcher; a frozen generator answers from what it selected.
+
+Loop (§3.1, searcher prompt of Fig. 11): begin with search (q0 = the question, top-k documents
+in the prompt), then turns of `<query>` (JSON `{"query": ...}`; raw text accepted) →
+`<information>` → `<important_info>[ids]` (≤ 3 ids of the current block) →
+`<search_complete>True/False</search_complete>`, until complete or the turn limit.
+
+Generation stops at `</query>` and `</search_complete>`. A turn ending in
+`<search_complete>False</search_complete>` with no query is a `Select`: nothing is inserted and
+the searcher goes on to write its query. A turn may carry a selection together with its query.
+
+Final context (Appendix A.5): an `<important_info>` applies to the most recent information block;
+a block without one contributes all its documents; documents are deduplicated by content and
+keep their original order. Reward = Gain Beyond RAG (Eq. 1): GenAcc of the frozen generator's
+answer from the s3 context minus GenAcc of its answer from naive top-k RAG, the baseline term
+computed once per question and cached; the released code's `(s3 − RAG) + s3` is an option.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal, TypeVar
+
+from pydantic import Field
+
+from recipes.base import (
+    ANSWER_PROMPT,
+    format_docs,
+    Action,
+    Complete,
+    Doc,
+    Episode,
+    FinalOutput,
+    Invalid,
+    Prompt,
+    RecipeConfig,
+    Recipe,
+    RewardBreakdown,
+    Scorer,
+    Search,
+    Select,
+    require_scorer,
+)
+from recipes.metrics import gen_acc, normalize_answer
+from recipes.tags import Block, clean, find_blocks
+
+SEARCHER_PROMPT = (
+    "You are a search copilot for a generation model. Based on a user's query and initial searched results, you "
+    "will first determine if the searched results are enough to produce an answer. If the searched results are "
+    "enough, you will use <search_complete>True</search_complete> to indicate that you have gathered enough "
+    "information for the generation model to produce an answer. If the searched results are not enough, you will "
+    "go through a loop of <query> -> <information> -> <important_info> -> <search_complete> -> <query> (if not "
+    "complete) ..., to help the generation model to generate a better answer with more relevant information "
+    "searched. You should show the search query between <query> and </query> in JSON format. Based on the search "
+    "query, we will return the top searched results between <information> and </information>. You need to put "
+    "the doc ids of the important documents (up to 3 documents, within the current information window) between "
+    "<important_info> and </important_info> (e.g., <important_info>[1, 4]</important_info>). A search query must "
+    "be followed by a <search_complete> tag if the search is not complete. After reviewing the information, you "
+    "must decide whether to continue searching with a new query or indicate that the search is complete. If you "
+    "need more information, use <search_complete>False</search_complete>. Otherwise, use "
+    "<search_complete>True</search_complete> to terminate the search. Note: Only the content between "
+    "<important_info> will be used by the generation model to produce an answer.\n\n"
+    "<question>\n{question}\n</question>\n"
+    "<information>\n{initial_search_result}\n</information>\n"
+)
+
+FEEDBACK = (
+    "\nMy previous action is invalid. If I want to search, I should put the query between <query> and </query>. "
+    "If the information is enough, I should put <search_complete>True</search_complete>. Let me try again.\n"
+)
+
+_TRUE = {"true", "1", "yes"}
+_FALSE = {"false", "0", "no"}
+_YES_NO_ANSWERS = {"yes", "no", "true", "false"}
+
+
+class S3Config(RecipeConfig):
+    """s3 constants (§3, §4.1, Appendix A.1)."""
+
+    topk: int = Field(3, ge=1, description="Documents per search, q0 included (s3: k = 3).")
+    max_turns: int = Field(4, ge=0, description="Search turns after begin-with-search (App. A.1: 4).")
+    max_selected: int = Field(3, ge=1, description="Documents an <important_info> may select (Fig. 11: up to 3).")
+    invalid_feedback: str | None = Field(FEEDBACK, description="Appended after an invalid action.")
+    reward_variant: Literal["paper", "code"] = Field(
+        "paper", description="paper: GenAcc_s3 − GenAcc_RAG (Eq. 1); code: (GenAcc_s3 − GenAcc_RAG) + GenAcc_s3."
+    )
+    use_judge: bool = Field(True, description="GenAcc = span_check ∨ judge_check (Eq. 3); False = span_check only.")
+
+
+def parse_ids(content: str) -> tuple[int, ...]:
+    """Document ids from an `<important_info>` body such as `[1, 4]` (any integers found)."""
+    ids: list[int] = []
+    for token in "".join(ch if ch.isdigit() else " " for ch in content).split():
+        try:
+            ids.append(int(token))
+        except ValueError:  # e.g. non-ASCII digits int() rejects
+            continue
+    return tuple(ids)
+
+
+def parse_query(content: str) -> str:
+    """The query of a `<query>` body: JSON `{"query": ...}` or a JSON string, else the raw text."""
+    try:
+        value = json.loads(content)
+    except (ValueError, RecursionError):
+        value = None
+    if isinstance(value, dict) and isinstance(value.get("query"), str):
+        return value["query"].strip()
+    if isinstance(value, str):
+        return value.strip()
+    return clean(content).strip('"').strip()
+
+
+T = TypeVar("T")
+
+
+def _dedupe(items: Iterable[T], key: Callable[[T], Any]) -> list[T]:
+    seen: set = set()
+    out = []
+    for item in items:
+        k = key(item)
+        if k not in seen:
+            seen.add(k)
+            out.append(item)
+    return out
+
+
+def _complete_value(block: Block) -> bool | None:
+    word = block.content.strip().strip("[]\"'").strip().lower()
+    return True if word in _TRUE else False if word in _FALSE else None
+
+
+def _selection(block: Block | None) -> tuple[int, ...] | None:
+    return None if block is None else parse_ids(block.content)
+
+
+def _selected_of(action: Action) -> tuple[int, ...] | None:
+    if isinstance(action, (Search, Complete)):
+        return action.selected
+    if isinstance(action, Select):
+        return action.doc_ids
+    return None
+
+
+def is_yes_no(golden_answers: Sequence[str]) -> bool:
+    """True for a yes/no or true/false question, judged by its gold answers (s3 §4.1 drops them:
+    span_check accepts "not true" for "true")."""
+    return any(normalize_answer(g) in _YES_NO_ANSWERS for g in golden_answers)
+
+
+def naive_rag_gen_acc(
+    question: str,
+    docs: Sequence[Doc],
+    golden_answers: Sequence[str],
+    scorer: Scorer,
+    use_judge: bool = True,
+    doc_template: str | None = None,
+) -> float:
+    """GenAcc of the frozen generator answering from naive top-k RAG, Acc(G(Q, D_RAG), A) of s3 Eq. 1.
+
+    `docs`: the top-k documents retrieved for the question itself (D_RAG = R(Q)). Returns 0.0 or 1.0.
+    """
+    context = format_docs(docs, doc_template) if doc_template else format_docs(docs)
+    answer = scorer.generate_answer(question, context, ANSWER_PROMPT)
+    return gen_acc(answer, list(golden_answers), scorer.judge if use_judge else None)
+
+
+def filter_training_set(examples: Iterable[T], rag_gen_acc: Callable[[T], float]) -> list[T]:
+    """The s3 training filter (§4.1): drop yes/no/true/false questions and questions naive RAG
+    already answers (GenAcc 1). `examples` need a `golden_answers` attribute; `rag_gen_acc(example)`
+    returns its naive-RAG GenAcc (precomputed or computed with `naive_rag_gen_acc`)."""
+    return [ex for ex in examples if not is_yes_no(ex.golden_answers) and rag_gen_acc(ex) < 1.0]
+
+
+class S3(Recipe):
+    """s3 searcher: query / information / important_info / search_complete; Gain Beyond RAG reward."""
+
+    name = "s3"
+    config_cls = S3Config
+    stop_strings = ("</query>", "</search_complete>")
+    initial_search = True
+
+    def __init__(self, config: RecipeConfig | Mapping[str, Any] | None = None, **overrides: Any):
+        super().__init__(config, **overrides)
+        self.rag_cache: dict[str, float] = {}  # question key -> naive-RAG GenAcc (Eq. 1 baseline term)
+
+    def build_prompt(self, question: str, initial_docs: Sequence[Doc], chat: bool) -> Prompt:
+        text = SEARCHER_PROMPT.format(question=question, initial_search_result=self.format_docs(initial_docs))
+        return Prompt(({"role": "user", "content": text},), text, chat)
+
+    def parse(self, turn_text: str) -> Action:
+        """The turn's first `</query>` → `Search`, or first `<search_complete>True` → `Complete`,
+        whichever comes first, carrying the last `<important_info>` before it; otherwise a
+        `<search_complete>False` or a lone `<important_info>` → `Select`; otherwise `Invalid`."""
+        infos = find_blocks(turn_text, "<important_info>", "</important_info>")
+        completes = find_blocks(turn_text, "<search_complete>", "</search_complete>")
+        events = [(b.end, 0, "query", b) for b in find_blocks(turn_text, "<query>", "</query>")[:1]]
+        events += [(b.end, 1, "complete", b) for b in completes if _complete_value(b) is True][:1]
+        if events:
+            end, _, kind, block = min(events, key=lambda e: e[:2])
+            selected = _selection(next((b for b in reversed(infos) if b.end <= end), None))
+            if kind == "complete":
+                return Complete(selected)
+            query = parse_query(block.content)
+            return Search(query, selected) if query else Invalid("empty query")
+        if infos or any(_complete_value(b) is False for b in completes):
+            return Select(_selection(infos[-1] if infos else None))
+        if completes:
+            return Invalid("<search_complete> must hold True or False")
+        return Invalid("no <query>, <important_info> or <search_complete>")
+
+    def observation_text(self, docs: Sequence[Doc]) -> str:
+        return f"\n\n<information>\n{self.format_docs(docs)}\n</information>\n\n"
+
+    def context_docs(self, episode: Episode) -> list[Doc]:
+        """D_s3 = ∪_t D_t^sel by the extraction rules of Appendix A.5.
+
+        Blocks are the initial top-k and each executed search's documents. A selection applies to
+        the most recent block before it (the last selection wins); ids outside the block are
+        dropped and at most `max_selected` kept; a block without a selection contributes all its
+        documents; duplicates (same title and text) are dropped, the first occurrence kept.
+        """
+        blocks: list[list[Doc]] = [list(episode.initial_docs)] if episode.initial_docs else []
+        selections: dict[int, tuple[int, ...]] = {}
+        for turn in episode.turns:
+            selected = _selected_of(turn.action)
+            if selected is not None and blocks:
+                selections[len(blocks) - 1] = selected
+            if turn.docs is not None:
+                blocks.append(turn.docs)
+        docs: list[Doc] = []
+        for i, block in enumerate(blocks):
+            if i not in selections:
+                docs.extend(block)
+                continue
+            ids = [j for j in dict.fromkeys(selections[i]) if 1 <= j <= len(block)][: self.config.max_selected]
+            docs.extend(block[j - 1] for j in sorted(ids))
+        return _dedupe(docs, key=lambda d: (d.title.strip(), d.text.strip()))
+
+    def final_output(self, episode: Episode) -> FinalOutput:
+        """The selected documents; `answer` is filled by `reward` with the frozen generator's answer."""
+        return FinalOutput(selected_docs=self.context_docs(episode))
+
+    def rag_gen_acc(self, episode: Episode, scorer: Scorer) -> float:
+        """The baseline term Acc(G(Q, D_RAG), A): `episode.meta["rag_gen_acc"]` when precomputed,
+        else computed from the episode's initial top-k once per question (`qid`, else the text)
+        and cached."""
+        if "rag_gen_acc" in episode.meta:
+            return float(episode.meta["rag_gen_acc"])
+        key = episode.qid or episode.question
+        if key not in self.rag_cache:
+            self.rag_cache[key] = naive_rag_gen_acc(
+                episode.question, episode.initial_docs, episode.golden_answers, scorer,
+                self.config.use_judge, self.config.doc_template,
+            )
+        return self.rag_cache[key]
+
+    def reward(self, episode: Episode, scorer: Scorer | None = None) -> RewardBreakdown:
+        """Gain Beyond RAG (s3 Eq. 1): GenAcc(G(Q, D_s3)) − GenAcc(G(Q, D_RAG)), in {−1, 0, 1}; the
+        `code` variant adds GenAcc_s3 (range [−1, 2]). Also stores the generator's answer in
+        `episode.final.answer`.
+
+        Components: `gen_acc_s3`, `gen_acc_rag`, `gain_beyond_rag`.
+
+        Raises:
+            ScorerRequiredError: no scorer (the frozen generator is needed).
+        """
+        scorer = require_scorer(scorer, self.name)
+        final = episode.final or self.final_output(episode)
+        golds = list(episode.golden_answers)
+        answer = scorer.generate_answer(episode.question, self.format_docs(final.selected_docs), ANSWER_PROMPT)
+        final.answer = answer
+        acc_s3 = gen_acc(answer, golds, scorer.judge if self.config.use_judge else None)
+        acc_rag = self.rag_gen_acc(episode, scorer)
+        gain = acc_s3 - acc_rag
+        total = gain + acc_s3 if self.config.reward_variant == "code" else gain
+        return RewardBreakdown(total, {"gen_acc_s3": acc_s3, "gen_acc_rag": acc_rag, "gain_beyond_rag": gain})

@@ -1,0 +1,57 @@
+"""Search-R1 (Jin et al., 2025): the common baseline of all four papers.
+
+`<think>` reasoning, `<search>query</search>` → `<information>` documents, `<answer>` final answer;
+reward = exact match of the answer (outcome-only). Prompt, observation format and invalid-action
+feedback follow the public Search-R1 code; top-k 3 and 4 turns as s3 Appendix A.1 aligns them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import Field
+
+from recipes.base import Doc, Episode, Prompt, RecipeConfig, RewardBreakdown, Scorer
+from recipes.metrics import exact_match
+from recipes.tagged import TaggedSearchRecipe
+
+INSTRUCTION = (
+    "Answer the given question. You must conduct reasoning inside <think> and </think> first every time you get "
+    "new information. After reasoning, if you find you lack some knowledge, you can call a search engine by "
+    "<search> query </search> and it will return the top searched results between <information> and "
+    "</information>. You can search as many times as your want. If you find no further external knowledge "
+    "needed, you can directly provide the answer inside <answer> and </answer>, without detailed illustrations. "
+    "For example, <answer> Beijing </answer>. Question: {question}\n"
+)
+
+FEEDBACK = (
+    "\nMy previous action is invalid. If I want to search, I should put the query between <search> and "
+    "</search>. If I want to give the final answer, I should put the answer between <answer> and </answer>. "
+    "Let me try again.\n"
+)
+
+
+class SearchR1Config(RecipeConfig):
+    """Search-R1 constants."""
+
+    topk: int = Field(3, ge=1, description="Documents per search (Search-R1: 3).")
+    max_turns: int = Field(4, ge=0, description="Search/invalid steps before the last turn (s3 App. A.1: 4).")
+    invalid_feedback: str | None = Field(FEEDBACK, description="Appended after an invalid action.")
+
+
+class SearchR1(TaggedSearchRecipe):
+    """Search-R1: think / search / information / answer; EM reward in {0, 1}."""
+
+    name = "search_r1"
+    config_cls = SearchR1Config
+    stop_strings = TaggedSearchRecipe.default_stop_strings()
+
+    def build_prompt(self, question: str, initial_docs: Sequence[Doc], chat: bool) -> Prompt:
+        text = INSTRUCTION.format(question=question)
+        return Prompt(({"role": "user", "content": text},), text, chat)
+
+    def reward(self, episode: Episode, scorer: Scorer | None = None) -> RewardBreakdown:
+        """Components: `em` (1 if the `<answer>` equals a gold answer after normalization). Total = em ∈ {0, 1}."""
+        final = episode.final or self.final_output(episode)
+        em = exact_match(final.answer, list(episode.golden_answers)) if final.answer is not None else 0.0
+        return RewardBreakdown(em, {"em": em})
