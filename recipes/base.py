@@ -367,22 +367,22 @@ class Recipe(ABC):
         turn = Turn(turn_text, action, finish_reason=finish_reason)
         episode.turns.append(turn)
         if isinstance(action, Answer):
-            self._finish(episode, "answer")
+            self.finish(episode, "answer")
         elif isinstance(action, Complete):
-            self._finish(episode, "complete")
+            self.finish(episode, "complete")
         elif isinstance(action, Search) and steps_before >= self.config.max_turns:
             turn.skipped = True
-            self._finish(episode, "max_turns")
+            self.finish(episode, "max_turns")
         elif isinstance(action, Invalid):
             text = self.feedback(action)
             if text is None:
-                self._finish(episode, "invalid")
+                self.finish(episode, "invalid")
             elif steps_before >= self.config.max_turns:
-                self._finish(episode, "max_turns")
+                self.finish(episode, "max_turns")
             else:
                 turn.observation = text
         if not episode.done and not turn.needs_retrieval and len(episode.turns) >= self.max_generations:
-            self._finish(episode, "max_turns")
+            self.finish(episode, "max_turns")
         return turn
 
     def observe(self, episode: Episode, docs: Sequence[Doc | Mapping[str, Any]]) -> str:
@@ -397,10 +397,14 @@ class Recipe(ABC):
         turn.docs = as_docs(docs)
         turn.observation = self.observation_text(turn.docs)
         if len(episode.turns) >= self.max_generations:
-            self._finish(episode, "max_turns")
+            self.finish(episode, "max_turns")
         return turn.observation
 
-    def _finish(self, episode: Episode, reason: str) -> None:
+    def finish(self, episode: Episode, reason: str) -> None:
+        """End the episode now with `stop_reason = reason` and compute its final output; the rollout
+        calls it when a limit outside the recipe is hit (e.g. the context length)."""
+        if episode.turns and episode.turns[-1].needs_retrieval:
+            episode.turns[-1].skipped = True
         episode.done = True
         episode.stop_reason = reason
         episode.final = self.final_output(episode)
