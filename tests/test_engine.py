@@ -199,6 +199,17 @@ def test_resolve_gemma_is_cached_bf16_with_bos(gemma_dir):
     assert tok(PROMPT).input_ids[0] == 2 and tok.bos_token_id == 2 and tok.eos_token_id == 1
 
 
+def test_resolve_gemma_uses_the_marker(tmp_path):
+    """A cache entry counts only with its completion marker (written last, inside the temp dir
+    that is renamed into place)."""
+    entry = tmp_path / "gemma3-270m-bf16-v1"
+    entry.mkdir()
+    with pytest.raises(RuntimeError, match="no searchrl_converted.json"):
+        resolve_model(GEMMA3_270M, cache_dir=tmp_path)
+    (entry / "searchrl_converted.json").write_text("{}")
+    assert resolve_model(GEMMA3_270M, cache_dir=tmp_path) == str(entry)
+
+
 def test_resolve_model_paths_and_names(tmp_path):
     assert resolve_model(str(tmp_path)) == str(tmp_path.resolve())
     assert resolve_model("Qwen/Qwen2.5-7B-Instruct") == "Qwen/Qwen2.5-7B-Instruct"
@@ -228,6 +239,28 @@ def test_tiny_models_are_real_architectures(tiny_dirs, tmp_path, gemma_dir, loop
 
 # ---------------------------------------------------------------------------------------------
 # HFEngine.
+
+
+def test_process_logits_draws_from_the_processed_distribution():
+    from actors.engine_hf import process_logits
+
+    probs = torch.tensor([0.6, 0.25, 0.1, 0.05])
+    logits = probs.log().repeat(20000, 1)
+    torch.manual_seed(0)
+    tokens, logp = process_logits(logits, Sampling(temperature=1.0))
+    freq = torch.bincount(tokens, minlength=4).float() / len(tokens)
+    assert freq.tolist() == pytest.approx(probs.tolist(), abs=0.015)
+    assert logp.tolist() == pytest.approx(probs.log()[tokens].tolist(), abs=1e-5)
+    # top_p=0.8 keeps {0.6, 0.25} (renormalised); top_k=1 is greedy; temperature sharpens.
+    tokens, logp = process_logits(logits, Sampling(temperature=1.0, top_p=0.8))
+    assert set(tokens.tolist()) == {0, 1}
+    assert torch.bincount(tokens)[0].item() / len(tokens) == pytest.approx(0.6 / 0.85, abs=0.015)
+    assert logp[tokens == 1][0].item() == pytest.approx(float(torch.tensor(0.25 / 0.85).log()), abs=1e-5)
+    tokens, logp = process_logits(logits[:5], Sampling(temperature=1.0, top_k=1))
+    assert tokens.tolist() == [0] * 5 and logp.tolist() == pytest.approx([0.0] * 5, abs=1e-6)
+    _, logp = process_logits(logits[:1], Sampling(temperature=0.5, top_k=2))
+    sharp = torch.tensor([0.6, 0.25]) ** 2
+    assert logp.item() == pytest.approx(float((sharp[0] / sharp.sum()).log()), abs=1e-5)
 
 
 def test_hf_greedy(hf_tiny, loop):
@@ -356,31 +389,30 @@ class TestVLLMTiny:
 class TestVLLMGemma270M:
     @pytest.fixture(scope="class")
     def engine(self, gemma_dir, loop):
-        from actors.engine_factory import make_engine
-
+        """The engine via `make_engine`; teardown checks that shutdown() ends the engine's
+        processes and removes its /dev/shm segments (other jobs on the machine may run vLLM too,
+        so only processes this one started and segments they map are checked)."""
         import psutil
 
+        from actors.engine_factory import make_engine
+
         before = {p.pid for p in psutil.Process().children(recursive=True)}
-        shm_before = set(os.listdir("/dev/shm"))
         eng = make_engine("vllm", GEMMA3_270M, max_model_len=512, cpu_kv_cache_gib=0.5)
-        started = {p.pid for p in psutil.Process().children(recursive=True)} - before
-        # vLLM's shared-memory message queues (~400 MB): Python `psm_*` segments.
-        shm_engine = {f for f in set(os.listdir("/dev/shm")) - shm_before if f.startswith("psm_")}
+        procs = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+        procs = [p for p in procs if "resource_tracker" not in " ".join(p.cmdline())]  # lives with this process
+        shm = set()
+        for p in procs:
+            with contextlib.suppress(OSError):
+                paths = {line.split(None, 5)[-1] for line in Path(f"/proc/{p.pid}/maps").read_text().splitlines()}
+                shm |= {f for f in paths if f.startswith("/dev/shm/") and not f.endswith("(deleted)")}
         yield eng
         loop.run_until_complete(eng.shutdown())
-        assert started, "vLLM should run its engine core in child processes"
-        assert shm_engine, "expected vLLM to create /dev/shm segments"
-        left = shm_engine & set(os.listdir("/dev/shm"))
-        assert not left, f"shutdown() left /dev/shm segments: {left}"
-        alive = []
-        for pid in started:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                proc = psutil.Process(pid)
-                cmd = " ".join(proc.cmdline())
-                # multiprocessing's resource tracker lives as long as this process: not the engine's.
-                if proc.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in cmd:
-                    alive.append((pid, cmd[:120]))
+        assert procs, "vLLM should run its engine core in child processes"
+        assert shm, "vLLM's engine processes should map /dev/shm segments (its message queues)"
+        _, alive = psutil.wait_procs(procs, timeout=15)
         assert not alive, f"shutdown() left vLLM processes running: {alive}"
+        left = {f for f in shm if os.path.exists(f)}
+        assert not left, f"shutdown() left /dev/shm segments: {left}"
 
     def test_answers_paris_with_hf_logprobs(self, engine, gemma_dir, loop):
         ids = engine.tokenizer(PROMPT).input_ids
