@@ -9,8 +9,8 @@ the token that completes a stop string (the text is cut at the end of the stop s
 ids keep that whole token) or after an EOS token (kept, with its log-probability).
 
 Concurrency: requests are SERIALIZED with a lock (one at a time) and run in a worker thread
-(`asyncio.to_thread`), so the event loop is never blocked. The `n` samples of one request are one
-batch. Throughput (2 CPU cores, Gemma 3 270M bf16): ≈ 10-20 tokens/s for n=1, several times more
+(`asyncio.to_thread`), so the event loop is never blocked. The prompt is prefilled once; the `n`
+samples of one request then decode as one batch. Throughput (2 CPU cores, Gemma 3 270M bf16): ≈ 10-20 tokens/s for n=1, several times more
 for n=8 samples of one prompt.
 """
 
@@ -76,9 +76,13 @@ def process_logits(logits, sampling: Sampling, generators=None):
     if sampling.temperature == 0:
         tokens = torch.argmax(logp, dim=-1)
     else:
+        # Exponential race (as vLLM samples): argmax p_i / q_i with q_i ~ Exp(1) draws i with
+        # probability p_i; 3x faster than torch.multinomial over a 262k vocabulary.
         probs = logp.exp()
-        gens = generators or [None] * probs.shape[0]
-        tokens = torch.cat([torch.multinomial(probs[i], 1, generator=g) for i, g in enumerate(gens)])
+        q = torch.empty_like(probs)
+        for row, gen in enumerate(generators or [None] * probs.shape[0]):
+            q[row].exponential_(generator=gen)
+        tokens = torch.argmax(probs / q, dim=-1)
     return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
 
 
@@ -194,13 +198,19 @@ class HFEngine:
         import torch
 
         with self._lock, torch.inference_mode():
+            if self.model is None:
+                raise RuntimeError("HFEngine was shut down while this request waited")
             version = self.weight_version
             # Sample i uses seed + i, as vLLM does for the n samples of a seeded request.
             gens = [torch.Generator(device=self.device).manual_seed(seed + i) for i in range(sampling.n)]
             rows = [_Row() for _ in range(sampling.n)]
-            inputs = torch.tensor([ids] * sampling.n, dtype=torch.long, device=self.device)
-            out = self.model(input_ids=inputs, use_cache=True)
-            past, logits = out.past_key_values, out.logits[:, -1, :]
+            # Prefill once (logits of the last position only: the vocabulary is 262k wide), then
+            # copy the KV cache for the n samples.
+            inputs = torch.tensor([ids], dtype=torch.long, device=self.device)
+            out = self.model(input_ids=inputs, use_cache=True, logits_to_keep=1)
+            past, logits = out.past_key_values, out.logits[:, -1, :].expand(sampling.n, -1)
+            if sampling.n > 1:
+                past.batch_repeat_interleave(sampling.n)
             for step in range(sampling.max_tokens):
                 tokens, logprobs = process_logits(logits, sampling, gens)
                 for row, tok, lp in zip(rows, tokens.tolist(), logprobs.tolist()):
@@ -218,7 +228,7 @@ class HFEngine:
                         row.finish_reason = "length"
                 if all(r.finish_reason is not None for r in rows):
                     break
-                out = self.model(input_ids=tokens[:, None], past_key_values=past, use_cache=True)
+                out = self.model(input_ids=tokens[:, None], past_key_values=past, use_cache=True, logits_to_keep=1)
                 past, logits = out.past_key_values, out.logits[:, -1, :]
         return [Generation(token_ids=r.tokens, logprobs=r.logprobs, finish_reason=r.finish_reason or "length",
                            stop_reason=r.stop_reason, text=r.text,

