@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import zlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -65,6 +66,14 @@ class _EpisodeRun:
         self.generate_s = 0.0
         self.search_s = 0.0
 
+    def turn_seed(self, turn: int) -> int | None:
+        """A reproducible seed per (question, sample, turn): distinct questions never share a random
+        stream (crc32, unlike hash(), is the same in every process)."""
+        base = self.loop.sampling.seed
+        if base is None:
+            return None
+        return (base * 1_000_003 + zlib.crc32(self.group_id.encode()) * 7919 + self.sample_index * 101 + turn) % 2**31
+
     @property
     def done(self) -> bool:
         return self.episode is not None and self.episode.done
@@ -100,7 +109,7 @@ class _EpisodeRun:
             max_tokens=min(lp.limits.max_new_tokens_per_turn, budget),
             stop=tuple(lp.recipe.stop_strings),
             n=1,
-            seed=None if lp.sampling.seed is None else lp.sampling.seed + 7919 * self.sample_index + len(ep.turns),
+            seed=self.turn_seed(len(ep.turns)),
         )
         t = time.perf_counter()
         gen = (await lp.engine.generate(traj.prompt_ids + traj.response_ids, sampling))[0]

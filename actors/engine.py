@@ -77,3 +77,38 @@ class Engine(Protocol):
     async def shutdown(self) -> None:
         """Free the engine's memory and processes (vLLM leaves /dev/shm segments otherwise)."""
         ...
+
+
+def check_prompt(prompt_token_ids: Sequence[int], sampling: Sampling, vocab_size: int, max_model_len: int,
+                 engine: str) -> list[int]:
+    """Validate one request before it reaches a backend; returns the prompt as a list of int.
+
+    Raises:
+        TypeError: `sampling` is not a `Sampling`.
+        ValueError: empty prompt, ids outside [0, vocab_size), or prompt + `sampling.max_tokens`
+            > `max_model_len` (tokens); the message names the fix.
+    """
+    if not isinstance(sampling, Sampling):
+        raise TypeError(f"{engine}: sampling must be actors.engine.Sampling, got {type(sampling).__name__}")
+    ids = [int(t) for t in prompt_token_ids]
+    if not ids:
+        raise ValueError(f"{engine}: prompt_token_ids is empty; pass at least one token id (e.g. the BOS id)")
+    bad = [t for t in ids if not 0 <= t < vocab_size]
+    if bad:
+        raise ValueError(f"{engine}: prompt_token_ids has ids outside [0, {vocab_size}): {bad[:5]}")
+    if len(ids) + sampling.max_tokens > max_model_len:
+        raise ValueError(f"{engine}: prompt ({len(ids)} tokens) + sampling.max_tokens ({sampling.max_tokens}) "
+                         f"exceeds max_model_len={max_model_len}; shorten the prompt, lower max_tokens or "
+                         "raise max_model_len")
+    return ids
+
+
+def eos_token_ids(*sources: Any) -> set[int]:
+    """The union of EOS ids found in tokenizer / model / generation configs (int, list or None)."""
+    ids: set[int] = set()
+    for src in sources:
+        if isinstance(src, int):
+            ids.add(src)
+        elif isinstance(src, (list, tuple)):
+            ids.update(int(i) for i in src)
+    return ids

@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from actors.engine import Generation, Sampling
+from actors.engine import Generation, Sampling, check_prompt, eos_token_ids
 
 _DTYPES = ("auto", "bfloat16", "float16", "float32")
 
@@ -141,32 +141,14 @@ class HFEngine:
         self.startup_seconds = time.perf_counter() - t0
 
     def _eos_ids(self) -> set[int]:
-        ids: set[int] = set()
         gen_cfg = getattr(self.model, "generation_config", None)
-        for src in (self.tokenizer.eos_token_id, getattr(self.model.config, "eos_token_id", None),
-                    getattr(gen_cfg, "eos_token_id", None)):
-            if isinstance(src, int):
-                ids.add(src)
-            elif isinstance(src, (list, tuple)):
-                ids.update(int(i) for i in src)
-        return ids
+        return eos_token_ids(self.tokenizer.eos_token_id, getattr(self.model.config, "eos_token_id", None),
+                             getattr(gen_cfg, "eos_token_id", None))
 
     def _check(self, prompt_token_ids: Sequence[int], sampling: Sampling) -> list[int]:
         if self._closed:
             raise RuntimeError("HFEngine used after shutdown(); create a new engine")
-        if not isinstance(sampling, Sampling):
-            raise TypeError(f"sampling must be actors.engine.Sampling, got {type(sampling).__name__}")
-        ids = [int(t) for t in prompt_token_ids]
-        if not ids:
-            raise ValueError("prompt_token_ids is empty; pass at least one token id (e.g. the BOS id)")
-        bad = [t for t in ids if not 0 <= t < self.vocab_size]
-        if bad:
-            raise ValueError(f"prompt_token_ids has ids outside [0, {self.vocab_size}): {bad[:5]}")
-        if len(ids) + sampling.max_tokens > self.max_model_len:
-            raise ValueError(f"prompt ({len(ids)} tokens) + sampling.max_tokens ({sampling.max_tokens}) "
-                             f"exceeds max_model_len={self.max_model_len}; shorten the prompt, lower "
-                             "max_tokens or raise max_model_len")
-        return ids
+        return check_prompt(prompt_token_ids, sampling, self.vocab_size, self.max_model_len, "HFEngine")
 
     async def generate(self, prompt_token_ids: Sequence[int], sampling: Sampling) -> list[Generation]:
         """`sampling.n` samples continuing `prompt_token_ids` (list of int token ids).

@@ -42,7 +42,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from actors.engine import Generation, Sampling
+from actors.engine import Generation, Sampling, check_prompt, eos_token_ids
 
 _LAYER_RE = re.compile(r"^(.*\.layers\.\d+)\.")
 
@@ -243,30 +243,12 @@ class VLLMEngine:
         self.startup_seconds = time.perf_counter() - t0
 
     def _eos_ids(self, model_config) -> set[int]:
-        ids = set()
-        for src in (self.tokenizer.eos_token_id, getattr(model_config.hf_config, "eos_token_id", None)):
-            if isinstance(src, int):
-                ids.add(src)
-            elif isinstance(src, (list, tuple)):
-                ids.update(int(i) for i in src)
-        return ids
+        return eos_token_ids(self.tokenizer.eos_token_id, getattr(model_config.hf_config, "eos_token_id", None))
 
     def _check_prompt(self, prompt_token_ids: Sequence[int], sampling: Sampling) -> list[int]:
         if self._closed:
             raise RuntimeError("VLLMEngine.generate called after shutdown(); create a new engine")
-        if not isinstance(sampling, Sampling):
-            raise TypeError(f"sampling must be actors.engine.Sampling, got {type(sampling).__name__}")
-        ids = [int(t) for t in prompt_token_ids]
-        if not ids:
-            raise ValueError("prompt_token_ids is empty; pass at least one token id (e.g. the BOS id)")
-        bad = [t for t in ids if not 0 <= t < self.vocab_size]
-        if bad:
-            raise ValueError(f"prompt_token_ids has ids outside [0, {self.vocab_size}): {bad[:5]}")
-        if len(ids) + sampling.max_tokens > self.max_model_len:
-            raise ValueError(f"prompt ({len(ids)} tokens) + sampling.max_tokens ({sampling.max_tokens}) "
-                             f"exceeds max_model_len={self.max_model_len}; shorten the prompt, lower "
-                             "max_tokens or raise max_model_len")
-        return ids
+        return check_prompt(prompt_token_ids, sampling, self.vocab_size, self.max_model_len, "VLLMEngine")
 
     def _params(self, sampling: Sampling):
         from vllm import SamplingParams

@@ -79,6 +79,9 @@ def test_search_r1_episode_is_token_exact(gemma_tokenizer):
     assert t1.loss_mask.count(0) == t1.turns[0].observation_tokens > 0
     assert gemma_tokenizer.decode(t1.prompt_ids[:1], skip_special_tokens=False) == "<bos>"  # base-model prompt has BOS
     assert engine.requests[0][1].stop == ("</search>", "</answer>")
+    # Each (question, sample, turn) draws from its own seed: two questions never share a stream.
+    seeds = [sampling.seed for _, sampling in engine.requests]
+    assert None not in seeds and len(set(seeds)) == len(seeds)
     assert t1.group_id == "nq/1" and t1.timings["search_s"] >= 0 and t1.timings["generate_s"] >= 0
 
 
