@@ -12,11 +12,9 @@ R_eval = r_eval (0.1) when a gold answer is contained in the concatenated `<eval
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from pydantic import Field
 
-from recipes.base import Doc, Episode, Prompt, RecipeConfig, RewardBreakdown, Scorer
+from recipes.base import Episode, RecipeConfig, RewardBreakdown, Scorer
 from recipes.metrics import cover_exact_match, exact_match
 from recipes.tagged import TaggedSearchRecipe
 from recipes.tags import find_blocks
@@ -58,10 +56,7 @@ class EvalRAR(TaggedSearchRecipe):
     name = "eval_rar"
     config_cls = EvalRARConfig
     stop_strings = TaggedSearchRecipe.default_stop_strings()
-
-    def build_prompt(self, question: str, initial_docs: Sequence[Doc], chat: bool) -> Prompt:
-        text = INSTRUCTION.format(question=question)
-        return Prompt(({"role": "user", "content": text},), text, chat)
+    instruction = INSTRUCTION
 
     def reward(self, episode: Episode, scorer: Scorer | None = None) -> RewardBreakdown:
         """R_total = R_ans if R_ans > 0 else R_eval (Eq. 5), in {0, r_eval, 1}.

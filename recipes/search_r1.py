@@ -7,11 +7,9 @@ feedback follow the public Search-R1 code; top-k 3 and 4 turns as s3 Appendix A.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from pydantic import Field
 
-from recipes.base import Doc, Episode, Prompt, RecipeConfig, RewardBreakdown, Scorer
+from recipes.base import Episode, RecipeConfig, RewardBreakdown, Scorer
 from recipes.metrics import exact_match
 from recipes.tagged import TaggedSearchRecipe
 
@@ -45,10 +43,7 @@ class SearchR1(TaggedSearchRecipe):
     name = "search_r1"
     config_cls = SearchR1Config
     stop_strings = TaggedSearchRecipe.default_stop_strings()
-
-    def build_prompt(self, question: str, initial_docs: Sequence[Doc], chat: bool) -> Prompt:
-        text = INSTRUCTION.format(question=question)
-        return Prompt(({"role": "user", "content": text},), text, chat)
+    instruction = INSTRUCTION
 
     def reward(self, episode: Episode, scorer: Scorer | None = None) -> RewardBreakdown:
         """Components: `em` (1 if the `<answer>` equals a gold answer after normalization). Total = em ∈ {0, 1}."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
-from recipes.base import Action, Answer, Doc, Invalid, Recipe, Search
+from recipes.base import Action, Answer, Doc, Invalid, Prompt, Recipe, Search
 from recipes.tags import clean, find_blocks
 
 
@@ -20,6 +20,12 @@ class TaggedSearchRecipe(Recipe):
     search_tags: ClassVar[tuple[str, str]] = ("<search>", "</search>")
     answer_tags: ClassVar[tuple[str, str]] = ("<answer>", "</answer>")
     observation_tags: ClassVar[tuple[str, str]] = ("<information>", "</information>")
+    instruction: ClassVar[str] = ""  # one user message with a {question} slot (Search-R1, Eval-RAR)
+
+    def build_prompt(self, question: str, initial_docs: Sequence[Doc], chat: bool) -> Prompt:
+        """The `instruction` with the question filled in, as one user message (or plain text)."""
+        text = self.instruction.format(question=question)
+        return Prompt(({"role": "user", "content": text},), text, chat)
 
     @classmethod
     def default_stop_strings(cls) -> tuple[str, ...]:
