@@ -139,6 +139,11 @@ class _EpisodeRun:
             if len(ids) > lp.limits.max_observation_tokens:  # last resort after fit_observation
                 ids = ids[: lp.limits.max_observation_tokens]
                 turn.observation = lp.decode(ids)
+            if traj.num_tokens + len(ids) > lp.limits.max_total_tokens:
+                # No room for it: the trajectory ends on the policy's turn and never exceeds the limit.
+                turn.observation = ""
+                lp.recipe.finish(ep, "max_total_tokens")
+                return
             traj.append(ids, policy=False)
             record.observation_tokens = len(ids)
         if not ep.done and traj.num_tokens >= lp.limits.max_total_tokens:
