@@ -259,7 +259,7 @@ def require_scorer(scorer: Scorer | None, recipe: str) -> Scorer:
 class RecipeConfig(BaseModel):
     """Constants every recipe has; each recipe subclasses it with its paper's defaults."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     topk: int = Field(3, ge=1, description="Documents retrieved per search (top-k).")
     max_turns: int = Field(

@@ -24,7 +24,6 @@ class ScriptedEngine:
         self.eos = eos  # end a scripted text without a stop string with EOS
         self.weight_version = 0
         self.requests: list[tuple[list[int], Sampling]] = []
-        self.tokens_after_stop = 0
 
     async def generate(self, prompt_token_ids: Sequence[int], sampling: Sampling) -> list[Generation]:
         self.requests.append((list(prompt_token_ids), sampling))
@@ -41,7 +40,6 @@ class ScriptedEngine:
             hit = next((s for s in sampling.stop if s in text), None)
             if hit is not None:
                 finish, stop_reason = "stop", hit
-                self.tokens_after_stop += len(text) - (text.find(hit) + len(hit)) > 0
                 break
         else:
             if self.eos and len(out) < sampling.max_tokens:

@@ -11,6 +11,7 @@ from actors.agent_loop import TRUNCATION_MARKER, AgentLoop, RolloutLimits
 from actors.engine import Sampling
 from recipes import get_recipe
 from recipes.base import Doc
+from scripts.bench_rollout import tokens_after_stop
 from tests.scripted_engine import LOGPROB, ScriptedEngine, turn_policy
 from tests.test_recipes import ScriptedScorer
 
@@ -89,7 +90,8 @@ def test_stop_string_ends_the_turn_with_no_tokens_after(gemma_tokenizer):
     turns = {Q1: ["<search> Zorblax author </search> and then I keep talking about it for a while",
                   "<answer> Mira Tolven </answer> trailing text"]}
     (traj,), engine = run_loop(gemma_tokenizer, get_recipe("search_r1"), turns, [ex("1", Q1, ["Mira Tolven"])])
-    assert engine.tokens_after_stop == 0
+    # The bench's measure: no token after the one completing a closing tag (the script went on).
+    assert tokens_after_stop(gemma_tokenizer, traj.to_json(), get_recipe("search_r1").stop_strings) == 0
     assert traj.episode.turns[0].text.rstrip().endswith("</search>")
     assert "trailing" not in gemma_tokenizer.decode(traj.response_ids)
 
