@@ -65,6 +65,7 @@ class _EpisodeRun:
         self.t0 = time.perf_counter()
         self.generate_s = 0.0
         self.search_s = 0.0
+        self.wasted_tokens = 0  # generated after a stop string (the baseline without engine stops only)
 
     def turn_seed(self, turn: int) -> int | None:
         """A reproducible seed per (question, sample, turn): distinct questions never share a random
@@ -97,17 +98,22 @@ class _EpisodeRun:
         if self.traj.num_tokens >= lp.limits.max_total_tokens:
             lp.recipe.finish(self.episode, "max_total_tokens")
 
-    async def generate(self) -> None:
-        """One generation turn, recorded in the episode; sets up the search if one is needed."""
+    async def generate(self, engine_stops: bool = True) -> None:
+        """One generation turn, recorded in the episode; sets up the search if one is needed.
+
+        `engine_stops=False` is the seed papers' way, kept for the benchmark baseline: generate the
+        whole turn budget, then cut after the first stop string (the cut tokens are counted in
+        `self.wasted_tokens`, and the trajectory is the same as if the engine had stopped)."""
         lp, ep, traj = self.loop, self.episode, self.traj
         budget = lp.limits.max_total_tokens - traj.num_tokens
         if budget < 1:
             lp.recipe.finish(ep, "max_total_tokens")
             return
+        stops = tuple(lp.recipe.stop_strings)
         sampling = replace(
             lp.sampling,
             max_tokens=min(lp.limits.max_new_tokens_per_turn, budget),
-            stop=tuple(lp.recipe.stop_strings),
+            stop=stops if engine_stops else (),
             n=1,
             seed=self.turn_seed(len(ep.turns)),
         )
@@ -115,10 +121,16 @@ class _EpisodeRun:
         gen = (await lp.engine.generate(traj.prompt_ids + traj.response_ids, sampling))[0]
         dt = time.perf_counter() - t
         self.generate_s += dt
-        text = lp.decode(gen.token_ids)
-        traj.append(list(gen.token_ids), policy=True, logprobs=list(gen.logprobs))
-        turn = lp.recipe.step(ep, text, gen.finish_reason)
-        traj.turns.append(TurnRecord(text, type(turn.action).__name__, None, [], len(gen.token_ids), 0, gen.finish_reason, dt, 0.0))
+        ids, logprobs, finish_reason = list(gen.token_ids), list(gen.logprobs), gen.finish_reason
+        if not engine_stops:
+            keep = stop_prefix_length(lp.decode, ids, stops)
+            if keep is not None:
+                self.wasted_tokens += len(ids) - keep
+                ids, logprobs, finish_reason = ids[:keep], logprobs[:keep], "stop"
+        text = lp.decode(ids)
+        traj.append(ids, policy=True, logprobs=logprobs)
+        turn = lp.recipe.step(ep, text, finish_reason)
+        traj.turns.append(TurnRecord(text, type(turn.action).__name__, None, [], len(ids), 0, finish_reason, dt, 0.0))
 
     async def act(self) -> None:
         """Run the pending search (if any) and append the observation or feedback tokens."""
@@ -237,14 +249,38 @@ class AgentLoop:
         """`n` samples of every example, all episodes concurrent and independent. Order: example-major."""
         return list(await asyncio.gather(*(self.run_episode(ex, i) for ex in examples for i in range(n))))
 
-    async def run_batch_turn_sync(self, examples: Sequence[Any], n: int = 1) -> list[Trajectory]:
-        """The seed papers' loop: every active episode generates, then every one searches, turn by turn."""
+    async def run_batch_turn_sync(
+        self, examples: Sequence[Any], n: int = 1, engine_stops: bool = True
+    ) -> list[Trajectory]:
+        """The seed papers' loop, kept as the benchmark baseline: every active episode generates, then
+        every one searches, turn by turn. `engine_stops=False` also generates each turn's whole
+        budget and cuts after the closing tag, as their code does (Search-R1's `_postprocess_responses`);
+        the tokens cut off are in each trajectory's `timings["wasted_tokens"]`."""
         runs = [_EpisodeRun(self, ex, i) for ex in examples for i in range(n)]
         await asyncio.gather(*(r.start() for r in runs))
         while active := [r for r in runs if not r.done]:
-            await asyncio.gather(*(r.generate() for r in active))
+            await asyncio.gather(*(r.generate(engine_stops) for r in active))
             await asyncio.gather(*(r.act() for r in active))
-        return list(await asyncio.gather(*(r.finish() for r in runs)))
+        trajs = list(await asyncio.gather(*(r.finish() for r in runs)))
+        for run, traj in zip(runs, trajs):
+            traj.timings["wasted_tokens"] = float(run.wasted_tokens)
+        return trajs
+
+
+def stop_prefix_length(decode: Callable[[Sequence[int]], str], ids: Sequence[int], stops: Sequence[str]) -> int | None:
+    """Length (tokens) of the shortest prefix of `ids` whose decoded text contains a stop string;
+    None if none does. Binary search: containing a stop string is monotone in the prefix length."""
+    def has_stop(n: int) -> bool:
+        text = decode(ids[:n])
+        return any(s in text for s in stops)
+
+    if not stops or not has_stop(len(ids)):
+        return None
+    lo, hi = 1, len(ids)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if has_stop(mid) else (mid + 1, hi)
+    return lo
 
 
 def pool_searcher(pool: Any) -> Searcher:

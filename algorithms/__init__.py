@@ -1,1 +1,67 @@
-"""Pure torch RL math: advantage estimators and losses. Filled in by the RL algorithms issue."""
+"""Pure torch RL math for search agents: advantage estimators, KL estimators and losses.
+
+No Ray, vLLM, DeepSpeed or transformers here: only tensors in, tensors out.
+
+Tensors are response tokens ``[B, T]`` (B sequences, T tokens, right-padded).  ``loss_mask``
+``[B, T]`` (bool or float) is 1 on tokens the policy generated and 0 on environment tokens
+(retrieved documents / observations inserted between policy turns) and padding.  Masked spans
+sit in the middle of a response, so every estimator works on the sub-sequence of policy tokens:
+GAE and returns-to-go carry across an observation instead of stopping there.
+
+* :mod:`algorithms.masked`: masked sum / mean / var / whiten (an empty mask gives 0, not NaN).
+* :mod:`algorithms.kl`: per-token KL estimators k1 / k2 / k3, log-probs and entropy from logits.
+* :mod:`algorithms.advantages`: GAE (PPO), GRPO, Dr.GRPO, RLOO, group-mean baseline,
+  Reinforce++, terminal and KL-penalised token rewards, and the :func:`compute_advantages`
+  dispatcher.
+* :mod:`algorithms.losses`: PPO clipped policy loss (clip-higher, dual clip), clipped value loss,
+  KL and entropy terms, and the three loss aggregations (token mean, sequence mean, Dr.GRPO).
+* :mod:`algorithms.config`: :class:`AlgorithmConfig` (pydantic, strict) and per-recipe presets.
+"""
+
+from .advantages import (
+    compute_advantages,
+    gae,
+    group_indices,
+    group_mean_baseline_advantages,
+    group_mean_scores,
+    grpo_advantages,
+    grpo_scores,
+    kl_penalized_rewards,
+    reinforce_pp_advantages,
+    rloo_advantages,
+    rloo_scores,
+    terminal_rewards,
+)
+from .config import RECIPE_PRESETS, AlgorithmConfig
+from .kl import entropy_from_logits, kl_estimate, logprobs_from_logits
+from .losses import aggregate, entropy_loss, kl_loss, policy_loss, value_loss
+from .masked import masked_mean, masked_sum, masked_var, masked_whiten
+
+__all__ = [
+    "RECIPE_PRESETS",
+    "AlgorithmConfig",
+    "aggregate",
+    "compute_advantages",
+    "entropy_from_logits",
+    "entropy_loss",
+    "gae",
+    "group_indices",
+    "group_mean_baseline_advantages",
+    "group_mean_scores",
+    "grpo_advantages",
+    "grpo_scores",
+    "kl_estimate",
+    "kl_loss",
+    "kl_penalized_rewards",
+    "logprobs_from_logits",
+    "masked_mean",
+    "masked_sum",
+    "masked_var",
+    "masked_whiten",
+    "policy_loss",
+    "reinforce_pp_advantages",
+    "rloo_advantages",
+    "rloo_scores",
+    "terminal_rewards",
+    "value_loss",
+]

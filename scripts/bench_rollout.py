@@ -4,12 +4,16 @@
 
 Same engine (vLLM; the CPU build here), model (Gemma 3 270M base), questions (the pack's dev
 split) and retrieval pool (the built index of the config), measured in one run:
-- async: every episode on its own coroutine (generate → search → generate …), no barrier;
-- sync: all active episodes generate, then all search, then all generate (a barrier per turn).
-Runs go sync, async, async, sync (ABBA against drift), each with its own sampling seed.
-Both stop every turn at its closing tag; `tokens_after_stop` counts tokens generated after the
-token that completed a stop string in the async run (0 = nothing wasted; the papers' code
-generated a full turn budget and cut afterwards). Writes JSON (--out) and ends with one line:
+- async: every episode on its own coroutine (generate → search → generate …), no barrier, and the
+  engine stops each turn at its closing tag;
+- sync (the seed papers' loop, the baseline of `speedup`): all active episodes generate, then all
+  search, then all generate (a barrier per turn), and each turn generates its whole token budget
+  and is cut after the closing tag afterwards (Search-R1's `_postprocess_responses`);
+- sync_barrier (reported beside it): the barrier alone, with the engine's stop strings; the
+  speedup over it is what asynchrony alone buys.
+Runs go in ABCCBA order against drift, each with its own sampling seed (so vLLM's prefix cache
+cannot serve one run from another). `tokens_after_stop` counts tokens the async run generated after
+the token that completed a stop string (0 = nothing wasted). Writes JSON (--out) and ends with:
 `rollout: async_eps_per_s=<x> sync_eps_per_s=<y> speedup=<x/y> tokens_after_stop=<n>`.
 """
 
@@ -27,23 +31,29 @@ from scripts.cli import parse_config, user_errors
 
 def tokens_after_stop(tokenizer, traj, stops: tuple[str, ...]) -> int:
     """Generated tokens that follow the token completing a stop string, summed over turns."""
+    from actors.agent_loop import stop_prefix_length
+
+    def decode(ids):
+        return tokenizer.decode(list(ids), skip_special_tokens=True)
+
     extra, pos = 0, 0
     policy = [i for i, m in enumerate(traj["loss_mask"]) if m == 1]
     for turn in traj["turns"]:
         ids = [traj["response_ids"][i] for i in policy[pos : pos + turn["generated_tokens"]]]
         pos += turn["generated_tokens"]
-        for cut in range(1, len(ids) + 1):  # first prefix whose text holds a stop string
-            if any(s in tokenizer.decode(ids[:cut], skip_special_tokens=True) for s in stops):
-                extra += len(ids) - cut
-                break
+        keep = stop_prefix_length(decode, ids, stops)
+        extra += 0 if keep is None else len(ids) - keep
     return extra
 
 
-async def measure(loop, examples, turn_sync: bool, seed: int) -> tuple[float, list]:
+async def measure(loop, examples, mode: str, seed: int) -> tuple[float, list]:
     # A fresh seed per run: identical samples would let vLLM's prefix cache serve the later run.
     loop.sampling = replace(loop.sampling, seed=seed)
     t = time.perf_counter()
-    trajs = await (loop.run_batch_turn_sync(examples) if turn_sync else loop.run_batch(examples))
+    if mode == "async":
+        trajs = await loop.run_batch(examples)
+    else:
+        trajs = await loop.run_batch_turn_sync(examples, engine_stops=mode == "sync_barrier")
     return time.perf_counter() - t, trajs
 
 
@@ -65,26 +75,33 @@ async def bench(cfg, args) -> dict:
                          chat=False, compute_reward=False)
         await loop.run_batch(examples[:2])  # warm up engine and pool
         results = {}
-        runs = (("sync", True), ("async", False), ("async_repeat", False), ("sync_repeat", True))
-        for seed, (name, sync) in enumerate(runs, 100):
-            seconds, trajs = await measure(loop, examples, sync, seed)
-            results[name] = {
+        order = ("sync", "sync_barrier", "async", "async", "sync_barrier", "sync")
+        runs: dict[str, list[dict]] = {}
+        for seed, mode in enumerate(order, 100):
+            seconds, trajs = await measure(loop, examples, mode, seed)
+            run = {
                 "seconds": seconds,
                 "episodes_per_s": len(trajs) / seconds,
-                "generated_tokens": sum(sum(t.loss_mask) for t in trajs),
+                "kept_tokens": sum(sum(t.loss_mask) for t in trajs),
+                "wasted_tokens": sum(int(t.timings.get("wasted_tokens", 0)) for t in trajs),
                 "turns_per_episode": sum(len(t.turns) for t in trajs) / len(trajs),
-                "trajectories": [t.to_json() for t in trajs],
+                "turn_tokens": [tr.generated_tokens for t in trajs for tr in t.turns],
             }
-            print(f"{name}: {seconds:.1f} s, {results[name]['episodes_per_s']:.3f} episodes/s, "
-                  f"{results[name]['turns_per_episode']:.2f} turns/episode", flush=True)
-        extra = sum(tokens_after_stop(engine.tokenizer, t, recipe.stop_strings) for t in results["async"]["trajectories"])
+            if mode == "async":
+                run["tokens_after_stop"] = sum(
+                    tokens_after_stop(engine.tokenizer, t.to_json(), recipe.stop_strings) for t in trajs
+                )
+            runs.setdefault(mode, []).append(run)
+            print(f"{mode}: {seconds:.1f} s, {run['episodes_per_s']:.3f} episodes/s, "
+                  f"{run['turns_per_episode']:.2f} turns/episode, {run['kept_tokens']} kept + "
+                  f"{run['wasted_tokens']} cut tokens", flush=True)
     finally:
         await engine.shutdown()
-    async_eps = (results["async"]["episodes_per_s"] + results["async_repeat"]["episodes_per_s"]) / 2
-    sync_eps = (results["sync"]["episodes_per_s"] + results["sync_repeat"]["episodes_per_s"]) / 2
-    return {"async_eps_per_s": async_eps, "sync_eps_per_s": sync_eps, "speedup": async_eps / sync_eps,
-            "tokens_after_stop": extra, "questions": len(examples), "recipe": args.recipe,
-            "runs": {k: {kk: vv for kk, vv in v.items() if kk != "trajectories"} for k, v in results.items()}}
+    eps = {mode: sum(r["episodes_per_s"] for r in rs) / len(rs) for mode, rs in runs.items()}
+    return {"async_eps_per_s": eps["async"], "sync_eps_per_s": eps["sync"], "speedup": eps["async"] / eps["sync"],
+            "sync_barrier_eps_per_s": eps["sync_barrier"], "speedup_over_barrier": eps["async"] / eps["sync_barrier"],
+            "tokens_after_stop": sum(r["tokens_after_stop"] for r in runs["async"]),
+            "questions": len(examples), "recipe": args.recipe, "max_new_tokens": args.max_new_tokens, "runs": runs}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -94,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default="gemma3-270m")
     parser.add_argument("--backend", default="vllm", choices=["vllm", "hf"])
     parser.add_argument("--max-turns", type=int, default=3)
-    parser.add_argument("--max-new-tokens", type=int, default=96, help="tokens per turn at most")
+    parser.add_argument("--max-new-tokens", type=int, default=256, help="tokens per turn at most (Search-R1: 500)")
     parser.add_argument("--out", default="runs/bench_rollout.json")
     args, cfg = parse_config(parser, argv)
     from cluster.ray_init import init_ray
@@ -110,6 +127,7 @@ def main(argv: list[str] | None = None) -> None:
                 ray.shutdown()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
+    print(f"async vs barrier only (stop strings in both): {result['speedup_over_barrier']:.2f}x")
     print(f"rollout: async_eps_per_s={result['async_eps_per_s']:.4f} sync_eps_per_s={result['sync_eps_per_s']:.4f} "
           f"speedup={result['speedup']:.2f} tokens_after_stop={result['tokens_after_stop']}")
 

@@ -173,3 +173,26 @@ def test_async_and_turn_sync_loops_agree_and_groups_are_unique(gemma_tokenizer):
     assert [t.group_id for t in a] == ["nq/1", "nq/1", "hotpotqa/1", "hotpotqa/1"]
     assert [t.sample_index for t in a] == [0, 1, 0, 1]
     assert a[0].to_json()["turns"][0]["action"] == "Search" and "episode" not in a[0].to_json()
+
+
+def test_papers_baseline_generates_past_the_tag_and_cuts_to_the_same_trajectory(gemma_tokenizer):
+    """`engine_stops=False` (the seed papers' loop) generates the whole turn, cuts after the closing
+    tag and counts the cut tokens; the kept trajectory equals the one the engine stopped itself."""
+    junk = " and then the model keeps talking about other things"
+
+    def policy(context: str) -> str:
+        turn = "<answer> Mira </answer>" if "Zorblax author </search>" in context else "<search> Zorblax author </search>"
+        return turn + junk
+
+    examples = [ex("1", Q1, ["Mira"])]
+    out = {}
+    for stops in (True, False):
+        engine = ScriptedEngine(gemma_tokenizer, policy)
+        loop = AgentLoop(engine, get_recipe("search_r1"), make_searcher(), Sampling(seed=3), chat=False)
+        (out[stops],) = asyncio.run(loop.run_batch_turn_sync(examples, engine_stops=stops))
+        assert all(s.stop == (tuple(loop.recipe.stop_strings) if stops else ()) for _, s in engine.requests)
+    assert out[False].response_ids == out[True].response_ids and out[False].reward == 1.0
+    assert [t.finish_reason for t in out[False].turns] == ["stop", "stop"]
+    junk_tokens = len(gemma_tokenizer.encode(junk, add_special_tokens=False))
+    assert out[False].timings["wasted_tokens"] == pytest.approx(2 * junk_tokens, abs=2)
+    assert out[True].timings["wasted_tokens"] == 0

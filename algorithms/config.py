@@ -1,0 +1,183 @@
+"""Typed settings of the RL algorithm (advantage estimator, clipping, KL, entropy, aggregation).
+
+Same strict style as :mod:`configs.schema`: unknown keys are rejected, no type coercion,
+assignments are validated, and every error names the field and says how to fix it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from configs.schema import StrictModel
+
+AdvantageEstimator = Literal["gae", "grpo", "dr_grpo", "reinforce_pp", "rloo", "group_mean"]
+LossAgg = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"]
+
+# Estimators whose advantages are whitened over the batch unless `whiten_advantages` says
+# otherwise: PPO/GAE (verl, used by Search-R1 and s3), Reinforce++ and its group-mean-baseline
+# variant (OpenRLHF `reinforce`, `reinforce_baseline`).  GRPO-style estimators are already
+# normalised per group.
+_WHITENED_BY_DEFAULT = frozenset({"gae", "reinforce_pp", "group_mean"})
+
+
+class AlgorithmConfig(StrictModel):
+    """RL algorithm settings.  ``AlgorithmConfig()`` is GRPO with the papers' KL (0.001, k3, loss)."""
+
+    advantage_estimator: AdvantageEstimator = Field(
+        "grpo",
+        description="'gae' = PPO with a critic (GAE); 'grpo' = group-normalised outcome advantage "
+        "(DeepSeekMath); 'dr_grpo' = GRPO without std scaling (Liu et al. 2025); 'reinforce_pp' = "
+        "Reinforce++ return-to-go + batch whitening (Hu 2025); 'rloo' = leave-one-out baseline "
+        "(Ahmadian et al. 2024); 'group_mean' = r - group mean (R1-Searcher's Reinforce++ baseline).",
+    )
+    gamma: float = Field(1.0, description="Discount over policy tokens, in [0, 1].")
+    lam: float = Field(1.0, description="GAE lambda, in [0, 1]; only used by 'gae'.")
+    clip_eps: float = Field(
+        0.2, description="PPO ratio clip epsilon (lower side, and upper unless clip_eps_high), in (0, 1)."
+    )
+    clip_eps_high: float | None = Field(
+        None, description="Upper clip epsilon ('clip-higher', e.g. 0.28); None = clip_eps."
+    )
+    dual_clip: float | None = Field(
+        None,
+        description="Dual-clip constant c > 1 bounding the loss of negative advantages (Ye et al. 2020); None = off.",
+    )
+    kl_coef: float = Field(0.001, description="KL coefficient beta >= 0 (0.001 in s3, Search-R1, R-Search, Eval-RAR).")
+    kl_estimator: Literal["k1", "k2", "k3"] = Field(
+        "k3",
+        description="Per-token KL estimator (Schulman 2020): k1 = log-ratio, k2 = half squared, "
+        "k3 = low-variance (GRPO).",
+    )
+    kl_in_reward: bool = Field(
+        False,
+        description="True: subtract kl_coef * KL_t from the token rewards (PPO-RLHF, Reinforce++); "
+        "False: add kl_coef * KL as a loss term (GRPO).",
+    )
+    entropy_coef: float = Field(0.0, description="Entropy bonus coefficient >= 0 (loss -= entropy_coef * entropy).")
+    value_clip_eps: float | None = Field(
+        0.2, description="Critic value clip epsilon > 0 around the rollout values; None = no clipping. 'gae' only."
+    )
+    loss_agg: LossAgg = Field(
+        "token_mean",
+        description="How token losses become a scalar: 'token_mean' (all policy tokens of the batch), "
+        "'seq_mean_token_mean' (GRPO paper, 1/G sum 1/|o_i| sum_t), 'seq_mean_token_sum' (Dr.GRPO).",
+    )
+    norm_len: int | None = Field(
+        None,
+        gt=0,
+        description="Constant divisor of each sequence's token sum for 'seq_mean_token_sum' "
+        "(e.g. the max response length).",
+    )
+    grpo_eps: float = Field(1e-6, description="Added to the group std in GRPO advantages, >= 0.")
+    whiten_advantages: bool | None = Field(
+        None,
+        description="Whiten advantages over all policy tokens of the batch; None = the estimator's "
+        "usual choice (True for gae, reinforce_pp, group_mean; False for grpo, dr_grpo, rloo).",
+    )
+
+    # ------------------------------------------------------------------ field checks
+
+    @field_validator("clip_eps")
+    @classmethod
+    def _clip_eps_range(cls, v: float) -> float:
+        if not 0.0 < v < 1.0:
+            raise ValueError(f"clip_eps must be in (0, 1), e.g. 0.2; got {v}")
+        return v
+
+    @field_validator("clip_eps_high")
+    @classmethod
+    def _clip_eps_high_range(cls, v: float | None) -> float | None:
+        if v is not None and v <= 0.0:
+            raise ValueError(f"clip_eps_high must be > 0 (e.g. 0.28) or None to reuse clip_eps; got {v}")
+        return v
+
+    @field_validator("gamma", "lam")
+    @classmethod
+    def _unit_interval(cls, v: float, info: Any) -> float:
+        if not 0.0 <= v <= 1.0:
+            raise ValueError(f"{info.field_name} must be in [0, 1] (1.0 for outcome rewards); got {v}")
+        return v
+
+    @field_validator("kl_coef", "entropy_coef", "grpo_eps")
+    @classmethod
+    def _non_negative(cls, v: float, info: Any) -> float:
+        if v < 0.0:
+            raise ValueError(f"{info.field_name} must be >= 0 (0 disables it); got {v}")
+        return v
+
+    @field_validator("dual_clip")
+    @classmethod
+    def _dual_clip_range(cls, v: float | None) -> float | None:
+        if v is not None and v <= 1.0:
+            raise ValueError(f"dual_clip must be > 1 (e.g. 3.0) or None to disable it; got {v}")
+        return v
+
+    @field_validator("value_clip_eps")
+    @classmethod
+    def _value_clip_range(cls, v: float | None) -> float | None:
+        if v is not None and v <= 0.0:
+            raise ValueError(f"value_clip_eps must be > 0 (e.g. 0.2) or None to disable value clipping; got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> AlgorithmConfig:
+        if self.lam != 1.0 and not self.needs_critic:
+            raise ValueError(
+                f"lam={self.lam} only applies to advantage_estimator='gae' (the estimator with a critic); "
+                f"set advantage_estimator='gae' or leave lam=1.0 for {self.advantage_estimator!r}"
+            )
+        if self.norm_len is not None and self.loss_agg != "seq_mean_token_sum":
+            raise ValueError(
+                f"norm_len only applies to loss_agg='seq_mean_token_sum'; set that loss_agg or norm_len=None "
+                f"(loss_agg is {self.loss_agg!r})"
+            )
+        return self
+
+    # ------------------------------------------------------------------ derived
+
+    @property
+    def needs_critic(self) -> bool:
+        """True when a value model must be trained: only ``advantage_estimator='gae'``."""
+        return self.advantage_estimator == "gae"
+
+    @property
+    def should_whiten(self) -> bool:
+        """``whiten_advantages`` resolved against the estimator's default."""
+        if self.whiten_advantages is not None:
+            return self.whiten_advantages
+        return self.advantage_estimator in _WHITENED_BY_DEFAULT
+
+    @property
+    def upper_clip_eps(self) -> float:
+        """Upper clip epsilon actually used (``clip_eps_high`` or ``clip_eps``)."""
+        return self.clip_eps if self.clip_eps_high is None else self.clip_eps_high
+
+    @classmethod
+    def for_recipe(cls, recipe: str, **overrides: Any) -> AlgorithmConfig:
+        """The algorithm each paper trained its recipe with (see ``algorithms/README.md``).
+
+        Args:
+            recipe: ``"s3"``, ``"search_r1"``, ``"r1_searcher"``, ``"r_search"`` or ``"eval_rar"``.
+            overrides: field values replacing the preset's.
+        """
+        if recipe not in RECIPE_PRESETS:
+            raise ValueError(f"for_recipe: unknown `recipe` {recipe!r}; choose one of {sorted(RECIPE_PRESETS)}")
+        return cls(**{**RECIPE_PRESETS[recipe], **overrides})
+
+
+# Paper settings per recipe.  PPO (s3 App. A.2 "KL regularization 0.001" via verl; Search-R1's PPO)
+# puts a k1 KL in the reward (verl kl_ctrl).  R1-Searcher (Sec. 2.2.2) uses Reinforce++ with a
+# group-mean baseline (OpenRLHF; KL 1e-4 in its GRPO-vs-Reinforce++ study, KL in the reward).
+# R-Search (Sec. 4.3, beta = 0.001) and Eval-RAR (App. A.2, beta = 0.001, eps = 0.2; Eq. 6 =
+# per-sequence token mean) use GRPO with the KL as a k3 loss term.
+RECIPE_PRESETS: dict[str, dict[str, Any]] = {
+    "s3": dict(advantage_estimator="gae", kl_coef=0.001, kl_estimator="k1", kl_in_reward=True),
+    "search_r1": dict(advantage_estimator="gae", kl_coef=0.001, kl_estimator="k1", kl_in_reward=True),
+    "r1_searcher": dict(advantage_estimator="group_mean", kl_coef=1e-4, kl_estimator="k1", kl_in_reward=True),
+    "r_search": dict(advantage_estimator="grpo", kl_coef=0.001, kl_estimator="k3", kl_in_reward=False),
+    "eval_rar": dict(
+        advantage_estimator="grpo", kl_coef=0.001, kl_estimator="k3", kl_in_reward=False, loss_agg="seq_mean_token_mean"
+    ),
+}
