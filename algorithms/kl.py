@@ -66,7 +66,8 @@ def kl_estimate(
         kl = 0.5 * log_ratio.square()
     else:
         neg = -log_ratio.clamp(-K3_LOG_RATIO_CLAMP, K3_LOG_RATIO_CLAMP)  # log(pi_ref / pi_theta)
-        kl = torch.exp(neg) - neg - 1.0
+        # expm1 keeps small ratios accurate; the clamp removes the last rounding below 0 (k3 >= 0).
+        kl = (torch.expm1(neg) - neg).clamp(min=0.0)
     return kl if loss_mask is None else zero_masked(kl, as_bool_mask(loss_mask))
 
 
