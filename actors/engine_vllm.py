@@ -219,6 +219,11 @@ class VLLMEngine:
         )
         if self.on_cpu:
             kwargs["kv_cache_memory_bytes"] = int((cpu_kv_cache_gib or 1.0) * (1 << 30))
+            # vLLM 0.32's CPU runner crashes ("CPU Generator does not use offset") when a seeded
+            # request's prompt is split by chunked prefill: it rewinds the request's generator,
+            # which CPU generators cannot do. Whole-prompt prefills avoid the rewind.
+            kwargs["enable_chunked_prefill"] = False
+            kwargs["max_num_batched_tokens"] = max(max_model_len, 2048)
         else:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         if max_num_seqs is not None:

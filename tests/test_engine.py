@@ -375,6 +375,19 @@ class TestVLLMTiny:
         for i in range(3):  # the same prompt in one batch decodes the same way
             assert out[i][0].token_ids == out[i + 3][0].token_ids == out[i + 6][0].token_ids
 
+    def test_seeded_requests_beyond_the_step_token_budget(self, engine, loop):
+        """Seeded prompts that do not fit one step's token budget together (8 x 400 > 2048) must
+        not crash the CPU runner (chunked prefill would rewind a CPU generator) and stay seeded."""
+        prompts = [[2] + [100 + (i * 7 + j) % 5000 for j in range(400)] for i in range(8)]
+
+        async def many():
+            return await asyncio.gather(*[engine.generate(p, Sampling(max_tokens=3, temperature=1.0, seed=20 + i))
+                                          for i, p in enumerate(prompts)])
+
+        out = loop.run_until_complete(many())
+        again = loop.run_until_complete(engine.generate(prompts[6], Sampling(max_tokens=3, temperature=1.0, seed=26)))
+        assert all(len(o[0].token_ids) == 3 for o in out) and out[6][0].token_ids == again[0].token_ids
+
     def test_update_weights(self, engine, tiny_dirs, hf_tiny_b, loop):
         check_update_weights(engine, loop.run_until_complete, tiny_dirs, hf_tiny_b)
         part = [("model.layers.0.self_attn.q_proj.weight", _state_dict(tiny_dirs[1])["model.layers.0.self_attn.q_proj.weight"])]
