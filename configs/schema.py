@@ -178,6 +178,53 @@ class RayConfig(StrictModel):
     namespace: str = Field("searchrl", description="Ray namespace for named actors.")
 
 
+class LearnerConfig(StrictModel):
+    """DeepSpeed learners: policy, critic (PPO) and the frozen reference model.
+
+    Batch sizes are in sequences (trajectories): an optimizer step sees `mini_batch_size` of them
+    (over all ranks), each rank runs forward passes of `micro_batch_size`.
+    """
+
+    model: str = Field("gemma3-270m", description="Policy: a Hugging Face name, a local directory, or 'gemma3-270m'.")
+    critic_model: str | None = Field(None, description="Critic starting weights; None = the policy model.")
+    reference_model: str | None = Field(None, description="Reference policy; None = the policy's starting model.")
+    dtype: Literal["fp32", "bf16"] = Field("bf16", description="Training precision (bf16 keeps fp32 master weights).")
+    zero_stage: int = Field(2, ge=0, le=3, description="DeepSpeed ZeRO stage (0-3).")
+    offload_optimizer: bool = Field(False, description="ZeRO optimizer states on CPU (DeepSpeedCPUAdam).")
+    gradient_checkpointing: bool = Field(True, description="Recompute decoder activations in backward.")
+    lr: float = Field(1e-6, gt=0, description="Policy learning rate (Search-R1 / s3: 1e-6).")
+    critic_lr: float = Field(1e-5, gt=0, description="Critic learning rate (Search-R1 PPO: 1e-5).")
+    weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay.")
+    adam_beta1: float = Field(0.9, ge=0, lt=1, description="AdamW beta1.")
+    adam_beta2: float = Field(0.999, ge=0, lt=1, description="AdamW beta2.")
+    adam_eps: float = Field(1e-8, gt=0, description="AdamW epsilon.")
+    warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warm-up (optimizer steps).")
+    grad_clip: float = Field(1.0, gt=0, description="Global gradient-norm clip.")
+    mini_batch_size: int = Field(8, gt=0, description="Sequences per optimizer step, all ranks together.")
+    micro_batch_size: int = Field(2, gt=0, description="Sequences per forward/backward pass on one rank.")
+    ppo_epochs: int = Field(1, gt=0, description="Passes over each rollout batch.")
+    shuffle: bool = Field(True, description="Shuffle sequences into mini-batches (seeded, same on every rank).")
+    logprob_chunk_tokens: int = Field(
+        512, gt=0, description="Policy tokens per LM-head chunk (memory: chunk x vocab x 8 bytes)."
+    )
+    temperature: float = Field(1.0, gt=0, description="Rollout sampling temperature (logits are divided by it).")
+    seed: int = Field(0, description="Seed of model init (critic head) and mini-batch shuffling.")
+    num_ranks: int = Field(1, gt=0, description="Data-parallel ranks (Ray actors) per learner.")
+    cpus_per_rank: float = Field(1.0, ge=0, description="CPUs reserved per rank.")
+    gpus_per_rank: float = Field(0.0, ge=0, description="GPUs per rank (0 = CPU training).")
+    dist_backend: Literal["auto", "gloo", "nccl"] = Field("auto", description="torch.distributed backend; auto = nccl on GPU, gloo on CPU.")
+    sync_dtype: Literal["bf16", "fp32", "model"] = Field(
+        "bf16", description="dtype of the weights sent to rollout engines ('model' = as trained)."
+    )
+
+    @model_validator(mode="after")
+    def _batch_sizes(self) -> LearnerConfig:
+        if self.mini_batch_size % self.num_ranks:
+            raise ValueError(f"learner.mini_batch_size ({self.mini_batch_size}) must be a multiple of "
+                             f"learner.num_ranks ({self.num_ranks})")
+        return self
+
+
 class Config(StrictModel):
     """Root configuration of a searchrl run."""
 
@@ -190,3 +237,4 @@ class Config(StrictModel):
     retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig, description="Retrieval service.")
     serve: ServeConfig = Field(default_factory=ServeConfig, description="HTTP serving.")
     ray: RayConfig = Field(default_factory=RayConfig, description="Ray cluster.")
+    learner: LearnerConfig = Field(default_factory=LearnerConfig, description="DeepSpeed learners.")

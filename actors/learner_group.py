@@ -1,0 +1,158 @@
+"""`LearnerGroup`: R learner ranks as Ray actors forming one torch.distributed group.
+
+The ranks are placed through a placement group (one bundle per rank, PACK), rank 0 names the
+rendezvous address, and the driver hands every rank the same batch through the object store
+(one copy); each rank takes its own rows. Results come back in batch order.
+
+Weight sync: rank 0 gathers the policy's weights (from ZeRO partitions), puts them in the object
+store once, and every RolloutWorker loads them with `update_weights(weights, version)`. On GPU
+clusters that is one host copy per node; a collective broadcast into vLLM's workers would skip it
+(noted in the closing notes of the learner issue as the next step).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from actors.learner import CriticLearner, PolicyLearner, ReferenceModel
+from actors.learner_batch import TrainBatch
+from configs.schema import LearnerConfig
+
+
+def _remote(cls, num_cpus: float, num_gpus: float):
+    import ray
+
+    return ray.remote(num_cpus=num_cpus, num_gpus=num_gpus)(cls)
+
+
+class LearnerGroup:
+    """A data-parallel learner of `config.num_ranks` Ray actors (policy or critic).
+
+    Args:
+        role: "policy" (`PolicyLearner`) or "critic" (`CriticLearner`).
+        config: `LearnerConfig` (or its dict).
+        name: optional prefix of the placement group's name.
+        timeout_s: seconds to wait for placement and model loading.
+
+    Raises:
+        ValueError: unknown role or a bad config (before any actor starts).
+        TimeoutError (ray.exceptions.GetTimeoutError): the cluster cannot place the ranks in time.
+    """
+
+    def __init__(self, role: str, config: LearnerConfig | Mapping[str, Any], name: str = "searchrl",
+                 timeout_s: float = 900.0):
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        classes = {"policy": PolicyLearner, "critic": CriticLearner}
+        if role not in classes:
+            raise ValueError(f"LearnerGroup role must be one of {sorted(classes)}, got {role!r}")
+        self.role = role
+        self.config = config if isinstance(config, LearnerConfig) else LearnerConfig(**dict(config))
+        c, world = self.config, self.config.num_ranks
+        bundle = {"CPU": c.cpus_per_rank, **({"GPU": c.gpus_per_rank} if c.gpus_per_rank else {})}
+        self.placement_group = placement_group([bundle] * world, strategy="PACK", name=f"{name}-{role}")
+        ray.get(self.placement_group.ready(), timeout=timeout_s)
+        cls = _remote(classes[role], c.cpus_per_rank, c.gpus_per_rank)
+        self.actors = [
+            cls.options(scheduling_strategy=PlacementGroupSchedulingStrategy(self.placement_group, i)).remote(
+                self.config, rank=i, world_size=world)
+            for i in range(world)
+        ]
+        address, port = ray.get(self.actors[0].master_address.remote(), timeout=timeout_s)
+        ray.get([a.init_distributed.remote(address, port) for a in self.actors], timeout=timeout_s)
+        self.num_parameters = ray.get([a.setup.remote() for a in self.actors], timeout=timeout_s)[0]
+
+    @property
+    def world_size(self) -> int:
+        return len(self.actors)
+
+    def _all(self, method: str, *args: Any, timeout_s: float | None = None) -> list[Any]:
+        import ray
+
+        return ray.get([getattr(a, method).remote(*args) for a in self.actors], timeout=timeout_s)
+
+    def _gather_rows(self, parts: Sequence[Mapping[str, torch.Tensor]], key: str, batch: TrainBatch) -> torch.Tensor:
+        out = torch.zeros((batch.size, batch.response_len))
+        for part in parts:
+            out[part["rows"]] = part[key]
+        return out
+
+    def compute_logprobs(self, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Policy log-probs and entropies `[B, R]` float32 (0 where masked), data-parallel."""
+        import ray
+
+        ref = ray.put(batch)
+        parts = self._all("compute_logprobs", ref)
+        return self._gather_rows(parts, "logprobs", batch), self._gather_rows(parts, "entropy", batch)
+
+    def compute_values(self, batch: TrainBatch) -> torch.Tensor:
+        """Critic values `[B, R]` float32 (0 where masked), data-parallel."""
+        import ray
+
+        return self._gather_rows(self._all("compute_values", ray.put(batch)), "values", batch)
+
+    def update(self, batch: TrainBatch, algorithm: Any) -> dict[str, float]:
+        """One update of every rank on the same batch; metrics averaged over ranks
+        (`tokens` summed: policy tokens trained on, all ranks)."""
+        import ray
+
+        ref = ray.put(batch)
+        per_rank = self._all("update", ref, algorithm)
+        out = {k: sum(m[k] for m in per_rank) / len(per_rank) for k in per_rank[0]}
+        if "tokens" in out:
+            out["tokens"] = sum(m["tokens"] for m in per_rank)
+        return out
+
+    def sync_weights(self, rollout_workers: Sequence[Any], version: int) -> dict[str, float]:
+        """Send the policy's weights to every RolloutWorker (`update_weights`) with `version`.
+
+        Returns:
+            {"sync_gather_s", "sync_load_s", "sync_s", "sync_bytes"}: seconds to gather the weights
+            on rank 0 and put them in the object store, seconds until every worker loaded them, the
+            total, and the bytes sent once.
+        """
+        import ray
+
+        if self.role != "policy":
+            raise ValueError("sync_weights: only the policy group has weights for the rollout workers")
+        t0 = time.perf_counter()
+        named = self._all("named_weights", self.config.sync_dtype)[0]
+        ref = ray.put(named)
+        t1 = time.perf_counter()
+        versions = ray.get([w.update_weights.remote(ref, version) for w in rollout_workers])
+        t2 = time.perf_counter()
+        if any(v != version for v in versions):
+            raise RuntimeError(f"sync_weights: workers report versions {versions}, expected {version}")
+        size = sum(t.numel() * t.element_size() for _, t in named)
+        return {"sync_gather_s": t1 - t0, "sync_load_s": t2 - t1, "sync_s": t2 - t0, "sync_bytes": float(size)}
+
+    def save_checkpoint(self, directory: str) -> str:
+        """Every rank writes its DeepSpeed shard; rank 0 the Hugging Face model. Returns the role folder."""
+        return self._all("save_checkpoint", directory)[0]
+
+    def load_checkpoint(self, directory: str) -> None:
+        """Restore weights, optimizer, scheduler, RNG states and the update counter."""
+        self._all("load_checkpoint", directory)
+
+    def shutdown(self) -> None:
+        """Tear the engines and process group down, then end the actors and the placement group."""
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        try:
+            self._all("shutdown", timeout_s=120)
+        finally:
+            for a in self.actors:
+                ray.kill(a)
+            remove_placement_group(self.placement_group)
+
+
+def remote_reference_model(config: LearnerConfig | Mapping[str, Any], num_cpus: float = 1.0, num_gpus: float = 0.0):
+    """A `ReferenceModel` Ray actor (frozen log-probs for the KL term)."""
+    return _remote(ReferenceModel, num_cpus, num_gpus).remote(config)

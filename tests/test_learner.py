@@ -1,0 +1,243 @@
+"""Learners: chunked token statistics, the padded batch layout, and DeepSpeed updates run by Ray
+actors (gloo on CPU): GRPO and PPO steps move log-probs the way the advantages say, 2 ranks equal
+1 rank under ZeRO-2, weights synced to a vLLM rollout worker give the learner's log-probs, and a
+checkpoint resumes to identical next-step losses."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import pytest
+import torch
+
+from actors.learner_batch import make_train_batch
+from actors.models import make_tiny_model
+from actors.token_stats import PolicyTokenStats
+from algorithms import AlgorithmConfig, gae, grpo_advantages, terminal_rewards
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory, gemma_dir) -> str:
+    return make_tiny_model("gemma3", tmp_path_factory.mktemp("tiny-learner") / "a", tokenizer_from=gemma_dir,
+                           seed=0, dtype="float32")
+
+
+def synthetic_trajectories(n: int = 4, seed: int = 0) -> list[dict]:
+    """Token-level trajectories with an observation span in the middle of every response."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        prompt = [2] + torch.randint(10, 5000, (4 + i,), generator=g).tolist()
+        response = torch.randint(10, 5000, (9 + i,), generator=g).tolist()
+        mask = [1, 1, 1, 0, 0, 0, 1, 1, 1] + [1] * i
+        out.append({"prompt_ids": prompt, "response_ids": response, "loss_mask": mask,
+                    "logprobs": [-1.0 if m else 0.0 for m in mask], "group_id": f"q{i // 2}"})
+    return out
+
+
+# -- no DeepSpeed ------------------------------------------------------------------------------------------
+
+
+def test_train_batch_layout_and_trimming():
+    trajs = synthetic_trajectories(3)
+    b = make_train_batch(trajs, pad_token_id=0)
+    P, R = b.prompt_len, b.response_len
+    assert (P, R) == (7, 11) and b.input_ids.shape == (3, 18)
+    for i, t in enumerate(trajs):
+        p, n = len(t["prompt_ids"]), len(t["response_ids"])
+        assert b.input_ids[i, P - p : P].tolist() == t["prompt_ids"]  # left-padded prompt
+        assert b.input_ids[i, P : P + n].tolist() == t["response_ids"]  # right-padded response
+        assert b.attention_mask[i].sum() == p + n and b.loss_mask[i, :n].tolist() == t["loss_mask"]
+        assert b.position_ids[i, P - p] == 0 and b.position_ids[i, P + n - 1] == p + n - 1
+    small = b.select([0])  # the shortest row: padding columns trimmed on both sides
+    assert small.input_ids.tolist()[0] == trajs[0]["prompt_ids"] + trajs[0]["response_ids"]
+    assert small.prompt_len == 5 and small.response_len == 9
+    with pytest.raises(ValueError, match="lengths"):
+        make_train_batch([{**trajs[0], "logprobs": [0.0]}], 0)
+    with pytest.raises(ValueError, match=r"\[B, R\]"):
+        b.with_fields(advantages=torch.zeros(3, 2))
+
+
+def test_chunked_token_stats_equal_full_logits(tiny_dir):
+    """Chunked, masked log-probs/entropies (and their gradients) equal the full-vocabulary computation."""
+    from transformers import AutoModelForCausalLM
+
+    lm = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32)
+    b = make_train_batch(synthetic_trajectories(3), pad_token_id=0)
+    stats = PolicyTokenStats(lm, chunk_tokens=4, temperature=0.7)
+    lp, ent = stats(b.input_ids, b.attention_mask, b.loss_mask, b.prompt_len)
+    (lp.sum() + ent.sum()).backward()
+    grad_chunked = lm.model.embed_tokens.weight.grad.clone()
+    lm.zero_grad()
+
+    logits = lm(input_ids=b.input_ids, attention_mask=b.attention_mask, position_ids=b.position_ids).logits.float()
+    logits = logits[:, b.prompt_len - 1 : -1] / 0.7
+    full = torch.log_softmax(logits, -1)
+    want_lp = full.gather(-1, b.input_ids[:, b.prompt_len :].unsqueeze(-1)).squeeze(-1) * b.loss_mask
+    want_ent = -(full.exp() * full).sum(-1) * b.loss_mask
+    (want_lp.sum() + want_ent.sum()).backward()
+    assert torch.allclose(lp, want_lp, atol=1e-5) and torch.allclose(ent, want_ent, atol=1e-4)
+    assert (lp[b.loss_mask == 0] == 0).all()
+    want_grad = lm.model.embed_tokens.weight.grad
+    assert (grad_chunked - want_grad).abs().max() <= 1e-4 * want_grad.abs().max()
+
+
+# -- DeepSpeed learners as Ray actors ------------------------------------------------------------------------
+
+
+def learner_config(model: str, **over) -> dict:
+    cfg = dict(model=model, dtype="fp32", zero_stage=2, lr=1e-3, critic_lr=1e-3, weight_decay=0.0,
+               mini_batch_size=4, micro_batch_size=2, logprob_chunk_tokens=8, cpus_per_rank=0.5,
+               gradient_checkpointing=True)
+    cfg.update(over)
+    return cfg
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _clean_deepspeed_shm():
+    """DeepSpeed's CPU all-reduce leaves /dev/shm buffers if a rank dies; none may outlive the tests."""
+    before = set(glob.glob("/dev/shm/deepspeed_allreduce_buffer_*"))
+    yield
+    left = set(glob.glob("/dev/shm/deepspeed_allreduce_buffer_*")) - before
+    for f in left:
+        os.unlink(f)
+    assert not left, f"learner shutdown left DeepSpeed /dev/shm buffers: {sorted(left)}"
+
+
+def with_grpo(group, batch, rewards):
+    logprobs, _ = group.compute_logprobs(batch)
+    adv = grpo_advantages(torch.tensor(rewards), batch.group_ids, batch.loss_mask)
+    return batch.with_fields(old_logprobs=logprobs, advantages=adv), adv
+
+
+def mean_logprob_change(before, after, mask):
+    return ((after - before) * mask).sum(1) / mask.sum(1)
+
+
+def test_grpo_and_ppo_steps_follow_the_advantages(ray_local, tiny_dir):
+    from actors.learner_group import LearnerGroup, remote_reference_model
+
+    cfg = learner_config(tiny_dir)
+    policy = LearnerGroup("policy", cfg)
+    critic = LearnerGroup("critic", cfg)
+    ref_actor = remote_reference_model(cfg, num_cpus=0.25)
+    try:
+        batch = make_train_batch(synthetic_trajectories(4), pad_token_id=0)
+        ref = ray_local.get(ref_actor.compute_logprobs.remote(batch))
+        batch, adv = with_grpo(policy, batch, [1.0, 0.0, 0.0, 1.0])
+        assert torch.allclose(batch.old_logprobs, ref, atol=1e-5)  # same starting weights
+        m = policy.update(batch.with_fields(ref_logprobs=ref), AlgorithmConfig(kl_coef=0.001))
+        assert m["optimizer_steps"] == 1 and m["grad_norm"] > 0 and m["lr"] == pytest.approx(1e-3)
+        assert m["tokens"] == batch.num_policy_tokens()
+        after, _ = policy.compute_logprobs(batch)
+        change = mean_logprob_change(batch.old_logprobs, after, batch.loss_mask)
+        assert (change[adv[:, 0] > 0] > 0).all() and (change[adv[:, 0] < 0] < 0).all(), change
+        masked_kl = ((after - ref) * batch.loss_mask).abs().sum()
+        assert masked_kl > 0 and (after[batch.loss_mask == 0] == 0).all()
+
+        # PPO: critic values → GAE (returns reach tokens before the observation span) → both updates.
+        values = critic.compute_values(batch)
+        rewards = terminal_rewards(torch.tensor([0.0, 1.0, 1.0, 0.0]), batch.loss_mask)
+        advantages, returns = gae(rewards, values, batch.loss_mask, gamma=1.0, lam=0.95)
+        ppo = batch.with_fields(advantages=advantages, returns=returns, old_values=values,
+                                old_logprobs=after, ref_logprobs=ref)
+        algo = AlgorithmConfig(advantage_estimator="gae", lam=0.95, kl_coef=0.0)
+        first = critic.update(ppo, algo)
+        second = critic.update(ppo, algo)
+        assert second["value_loss"] < first["value_loss"]
+        policy.update(ppo, algo)
+        final, _ = policy.compute_logprobs(batch)
+        change = mean_logprob_change(after, final, batch.loss_mask)
+        sign = torch.sign((advantages * batch.loss_mask).sum(1))
+        assert (change * sign > 0).all(), (change, sign)
+    finally:
+        policy.shutdown()
+        critic.shutdown()
+        ray_local.kill(ref_actor)
+
+
+def test_zero2_two_ranks_equal_one_rank(ray_local, tiny_dir):
+    from actors.learner_group import LearnerGroup
+
+    batch = make_train_batch(synthetic_trajectories(4, seed=1), pad_token_id=0)
+    weights = {}
+    for ranks in (1, 2):
+        group = LearnerGroup("policy", learner_config(tiny_dir, num_ranks=ranks, shuffle=False))
+        try:
+            assert group.world_size == ranks
+            b, _ = with_grpo(group, batch, [1.0, 0.0, 0.5, 0.0])
+            group.update(b, AlgorithmConfig(kl_coef=0.0))
+            weights[ranks] = dict(ray_local.get(group.actors[0].named_weights.remote("fp32")))
+        finally:
+            group.shutdown()
+    assert weights[1].keys() == weights[2].keys()
+    diff = max((weights[1][k] - weights[2][k]).abs().max().item() for k in weights[1])
+    assert diff < 1e-5, f"ZeRO-2 with 2 ranks differs from 1 rank by {diff}"
+
+
+def test_weight_sync_gives_the_rollout_engine_the_learner_logprobs(ray_local, tiny_dir, small_index, data_dir):
+    from actors.learner_group import LearnerGroup
+    from actors.retrieval import start_retrieval_pool
+    from actors.rollout import remote_rollout_worker
+    from configs.schema import RetrievalConfig
+
+    pool = start_retrieval_pool(small_index, RetrievalConfig(topk=2, query_encoders=1))
+    worker = remote_rollout_worker(num_cpus=0.25).remote(
+        {"backend": "vllm", "model": tiny_dir, "max_model_len": 1024, "cpu_kv_cache_gib": 0.25, "dtype": "float32"}, pool)
+    group = LearnerGroup("policy", learner_config(tiny_dir, sync_dtype="fp32"))
+    examples = [{"id": "1", "question": "Who wrote Hamlet?", "golden_answers": ["Shakespeare"], "dataset": "nq"}]
+    run_kwargs = dict(n=4, sampling={"temperature": 1.0, "seed": 3}, limits={"max_new_tokens_per_turn": 8,
+                      "max_total_tokens": 600}, chat=False, compute_reward=False)
+    try:
+        trajs = ray_local.get(worker.run.remote(examples, "search_r1", **run_kwargs), timeout=900)
+        batch = make_train_batch(trajs, pad_token_id=0)
+        batch, _ = with_grpo(group, batch, [1.0, 0.0, 1.0, 0.0])
+        # The engine's sampling log-probs are the learner's (before any update).
+        assert torch.allclose(batch.old_logprobs, make_train_batch(trajs, 0).old_logprobs, atol=2e-3)
+        group.update(batch, AlgorithmConfig(kl_coef=0.0))
+        sync = group.sync_weights([worker], version=1)
+        assert sync["sync_s"] > 0 and sync["sync_bytes"] > 4 * 16_000_000
+        new = ray_local.get(worker.run.remote(examples, "search_r1", **run_kwargs), timeout=900)
+        assert all(t["weight_version"] == 1 for t in new)
+        assert [t["response_ids"] for t in new] != [t["response_ids"] for t in trajs]
+        new_batch = make_train_batch(new, pad_token_id=0)
+        learner_lp, _ = group.compute_logprobs(new_batch)
+        assert torch.allclose(learner_lp, new_batch.old_logprobs, atol=2e-3)
+    finally:
+        group.shutdown()
+        ray_local.get(worker.shutdown.remote(), timeout=120)
+        ray_local.kill(worker)
+        ray_local.kill(pool)
+
+
+def test_checkpoint_resume_gives_identical_next_step(ray_local, tiny_dir, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from actors.learner_group import LearnerGroup
+
+    cfg = learner_config(tiny_dir, zero_stage=1, warmup_steps=3)
+    b1 = make_train_batch(synthetic_trajectories(4, seed=2), pad_token_id=0)
+    b2 = make_train_batch(synthetic_trajectories(4, seed=3), pad_token_id=0)
+    group = LearnerGroup("policy", cfg)
+    try:
+        step1, _ = with_grpo(group, b1, [1.0, 0.0, 0.0, 1.0])
+        group.update(step1, AlgorithmConfig(kl_coef=0.0))
+        folder = group.save_checkpoint(str(tmp_path / "step-1"))
+        step2, _ = with_grpo(group, b2, [0.0, 1.0, 1.0, 0.0])
+        expected = group.update(step2, AlgorithmConfig(kl_coef=0.0))
+        expected_w = dict(ray_local.get(group.actors[0].named_weights.remote("fp32")))
+    finally:
+        group.shutdown()
+    saved = AutoModelForCausalLM.from_pretrained(f"{folder}/hf", dtype=torch.float32)
+    assert saved.config.model_type == "gemma3_text"
+    resumed = LearnerGroup("policy", cfg)
+    try:
+        resumed.load_checkpoint(str(tmp_path / "step-1"))
+        got = resumed.update(step2, AlgorithmConfig(kl_coef=0.0))  # same old log-probs and advantages
+        got_w = dict(ray_local.get(resumed.actors[0].named_weights.remote("fp32")))
+    finally:
+        resumed.shutdown()
+    for key in ("policy_loss", "clip_frac", "grad_norm", "lr", "entropy"):
+        assert got[key] == pytest.approx(expected[key], rel=1e-5, abs=1e-7), key
+    assert max((got_w[k] - expected_w[k]).abs().max().item() for k in got_w) < 1e-6
