@@ -45,10 +45,11 @@ class RolloutLimits:
                 raise ValueError(f"rollout limits: {name} must be >= 1, got {getattr(self, name)}")
 
 
-def example_fields(example: Any) -> tuple[str, str, list[str], str]:
-    """(id, question, golden_answers, dataset) of a QAExample-like object or a dict."""
+def example_fields(example: Any) -> tuple[str, str, list[str], str, dict]:
+    """(id, question, golden_answers, dataset, meta) of a QAExample-like object or a dict."""
     get = example.get if isinstance(example, Mapping) else lambda k, d=None: getattr(example, k, d)
-    return str(get("id", "")), str(get("question", "")), list(get("golden_answers", ()) or ()), str(get("dataset", "") or "")
+    return (str(get("id", "")), str(get("question", "")), list(get("golden_answers", ()) or ()),
+            str(get("dataset", "") or ""), dict(get("meta", None) or {}))
 
 
 class _EpisodeRun:
@@ -56,7 +57,7 @@ class _EpisodeRun:
 
     def __init__(self, loop: AgentLoop, example: Any, sample_index: int):
         self.loop = loop
-        qid, self.question, self.golds, dataset = example_fields(example)
+        qid, self.question, self.golds, dataset, self.meta = example_fields(example)
         self.group_id = f"{dataset}/{qid}" if dataset else qid
         self.qid = qid
         self.sample_index = sample_index
@@ -87,7 +88,7 @@ class _EpisodeRun:
             docs = as_docs(await lp.searcher(self.question, lp.recipe.config.topk))
             self.search_s += time.perf_counter() - t
         self.episode = lp.recipe.start(
-            self.question, self.golds, docs, chat=lp.chat, qid=self.qid, group_id=self.group_id
+            self.question, self.golds, docs, chat=lp.chat, qid=self.qid, group_id=self.group_id, meta=self.meta
         )
         prompt_text = self.episode.prompt.render(lp.tokenizer if lp.chat else None)
         prompt_ids = lp.encode(prompt_text, special=not lp.chat)

@@ -232,6 +232,14 @@ class _DeepSpeedRank:
     def _save_hf(self, directory: Path) -> None:
         raise NotImplementedError
 
+    def peak_memory_bytes(self) -> int:
+        """Peak memory of this rank (bytes): CUDA allocator peak on GPU, peak resident set on CPU."""
+        if self.device.type == "cuda":
+            return int(torch.cuda.max_memory_allocated(self.device))
+        import resource
+
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
+
     def shutdown(self) -> None:
         """Free the engine and the process group, and remove DeepSpeed's /dev/shm all-reduce buffer
         of this rank (DeepSpeed leaves a 66 MB file per process otherwise)."""

@@ -8,9 +8,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from configs.schema import StrictModel
+
+class StrictModel(BaseModel):
+    """Unknown keys rejected, no coercion, validated assignments (the style of `configs.schema`,
+    redefined here so that `algorithms/` depends on nothing in the project)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True)
 
 AdvantageEstimator = Literal["gae", "grpo", "dr_grpo", "reinforce_pp", "rloo", "group_mean"]
 LossAgg = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"]

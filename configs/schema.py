@@ -7,9 +7,11 @@ defaults: ``Config()`` is a valid configuration.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from algorithms.config import AlgorithmConfig
 
 
 class StrictModel(BaseModel):
@@ -225,6 +227,73 @@ class LearnerConfig(StrictModel):
         return self
 
 
+class RolloutConfig(StrictModel):
+    """Rollout workers: the policy engine, sampling and episode limits (s3 App. A.1, Search-R1)."""
+
+    backend: Literal["vllm", "hf"] = Field("vllm", description="Policy engine; 'hf' is the transformers fallback.")
+    num_workers: int = Field(1, gt=0, description="RolloutWorker actors (each holds one engine).")
+    cpus_per_worker: float = Field(1.0, ge=0, description="CPUs reserved per worker.")
+    gpus_per_worker: float = Field(0.0, ge=0, description="GPUs per worker (tensor_parallel_size of them).")
+    tensor_parallel_size: int = Field(1, gt=0, description="GPUs per engine.")
+    max_model_len: int = Field(8192, gt=1, description="Engine context length (tokens).")
+    gpu_memory_utilization: float = Field(0.5, gt=0, le=1, description="GPU only: vLLM's memory fraction.")
+    cpu_kv_cache_gib: float | None = Field(None, gt=0, description="CPU only: vLLM KV cache (GiB); None = 1.")
+    samples_per_prompt: int = Field(5, gt=0, description="Episodes per question (GRPO group size; Search-R1: 5).")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature (the learner uses the same).")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling.")
+    max_new_tokens_per_turn: int = Field(500, gt=0, description="Tokens per generation turn at most.")
+    max_observation_tokens: int = Field(1400, gt=0, description="Tokens of documents per observation at most.")
+    max_total_tokens: int = Field(8000, gt=0, description="Prompt + response tokens per episode at most.")
+    chat: bool | None = Field(None, description="Chat template; None = when the tokenizer has one (base models: no).")
+
+
+class FrozenLLMConfig(StrictModel):
+    """Frozen generator / judge / verifier actors (s3 Fig. 12-13, R-Search Table 5)."""
+
+    model: str = Field("gemma3-270m", description="Generator (s3) and verifier (R-Search) model.")
+    judge_model: str | None = Field(None, description="Judge for GenAcc; None = the generator model.")
+    backend: Literal["vllm", "hf"] = Field("vllm", description="Engine backend.")
+    max_model_len: int = Field(4096, gt=1, description="Context length (tokens).")
+    max_answer_tokens: int = Field(64, gt=0, description="Answer tokens at most.")
+    num_cpus: float = Field(1.0, ge=0, description="CPUs reserved per frozen LLM actor.")
+    num_gpus: float = Field(0.0, ge=0, description="GPUs per frozen LLM actor.")
+    gpu_memory_utilization: float = Field(0.3, gt=0, le=1, description="GPU only: vLLM's memory fraction.")
+    cpu_kv_cache_gib: float | None = Field(None, gt=0, description="CPU only: vLLM KV cache (GiB).")
+
+
+class StageConfig(StrictModel):
+    """One stage of a staged schedule (R1-Searcher: stage 1 retrieval+format rewards, stage 2 F1)."""
+
+    steps: int = Field(..., gt=0, description="Training steps of this stage.")
+    recipe_options: dict[str, Any] = Field(default_factory=dict, description="Recipe config overrides, e.g. {stage: 2}.")
+    train: str | None = Field(None, description="Training QA file of this stage; None = data.train.")
+
+
+class WandbConfig(StrictModel):
+    """Weights & Biases logging (offline unless configured: `wandb sync` uploads later)."""
+
+    mode: Literal["offline", "online", "disabled"] = Field("offline", description="wandb mode.")
+    project: str = Field("searchrl", description="wandb project.")
+    entity: str | None = Field(None, description="wandb entity (team or user).")
+    tags: list[str] = Field(default_factory=list, description="Run tags.")
+
+
+class TrainConfig(StrictModel):
+    """The training loop: recipe, batch sizes, schedule, evaluation and checkpoints."""
+
+    recipe: str = Field("s3", description="s3 | search_r1 | r1_searcher | r_search | eval_rar.")
+    recipe_options: dict[str, Any] = Field(default_factory=dict, description="Recipe config overrides (topk, max_turns, ...).")
+    stages: list[StageConfig] = Field(default_factory=list, description="Staged schedule; empty = one stage of total_steps.")
+    total_steps: int = Field(20, gt=0, description="Training steps (one rollout batch and one update each).")
+    questions_per_step: int = Field(8, gt=0, description="Questions per step (x samples_per_prompt episodes).")
+    train_limit: int | None = Field(None, gt=0, description="Use the first N training questions; None = all.")
+    shuffle: bool = Field(True, description="Shuffle training questions each epoch (seeded).")
+    eval_every: int = Field(0, ge=0, description="Dev-split evaluation every N steps; 0 = only at the end.")
+    eval_questions: int = Field(32, ge=0, description="Dev questions per evaluation; 0 = no evaluation.")
+    save_every: int = Field(10, ge=0, description="Checkpoint every N steps (and at the end); 0 = only at the end.")
+    wandb: WandbConfig = Field(default_factory=WandbConfig, description="wandb logging.")
+
+
 class Config(StrictModel):
     """Root configuration of a searchrl run."""
 
@@ -238,3 +307,7 @@ class Config(StrictModel):
     serve: ServeConfig = Field(default_factory=ServeConfig, description="HTTP serving.")
     ray: RayConfig = Field(default_factory=RayConfig, description="Ray cluster.")
     learner: LearnerConfig = Field(default_factory=LearnerConfig, description="DeepSpeed learners.")
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Rollout workers.")
+    frozen: FrozenLLMConfig = Field(default_factory=FrozenLLMConfig, description="Frozen generator / judge.")
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig, description="RL algorithm.")
+    train: TrainConfig = Field(default_factory=TrainConfig, description="Training loop.")

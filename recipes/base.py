@@ -315,9 +315,11 @@ class Recipe(ABC):
         chat: bool = True,
         qid: str = "",
         group_id: str = "",
+        meta: Mapping[str, Any] | None = None,
     ) -> Episode:
         """A new episode. `chat`: render through the tokenizer's chat template (instruction-tuned
-        model) or as plain completion text (base model).
+        model) or as plain completion text (base model). `meta`: the question's extra fields
+        (e.g. s3's precomputed `rag_gen_acc`), kept on `episode.meta`.
 
         Raises:
             ValueError: empty question, or a recipe with `initial_search` given no initial docs.
@@ -328,7 +330,9 @@ class Recipe(ABC):
         if self.initial_search and not docs:
             raise ValueError(f"recipe {self.name!r} begins with search: pass initial_docs (top-k for the question)")
         prompt = self.build_prompt(question.strip(), docs, chat)
-        return Episode(question.strip(), tuple(golden_answers), prompt, docs, qid=qid, group_id=group_id)
+        episode = Episode(question.strip(), tuple(golden_answers), prompt, docs, qid=qid, group_id=group_id)
+        episode.meta.update(meta or {})
+        return episode
 
     # -- turns ----------------------------------------------------------------------------
 

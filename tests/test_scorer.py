@@ -59,7 +59,24 @@ def test_s3_rewards_inside_the_agent_loop_use_the_frozen_llm(gemma_tokenizer):
     for t in trajs:
         assert t.reward == 1.0 and t.reward_components["gen_acc_rag"] == 0.0
         assert t.final["answer"] == "Mira Tolven"
-    # Three samples of one question: the naive-RAG baseline answer is generated once.
     # Three samples of one question: the naive-RAG baseline and the s3 answer are generated once each
     # (concurrent identical prompts share one generation), the judge once for the RAG answer.
     assert frozen.stats["generated"] == 3 and frozen.stats["calls"] >= 6
+
+
+def test_precomputed_rag_baseline_in_question_meta_is_used(gemma_tokenizer):
+    """A training set prepared with `meta.rag_gen_acc` (s3 §4.1) reaches the reward: no RAG generation."""
+    s3_turns = {Q1: ['<query>{"query": "Zorblax Rising novel author"}</query>',
+                     "<important_info>[1]</important_info><search_complete>True</search_complete>"]}
+
+    async def go():
+        frozen = FrozenLLM(ScriptedEngine(gemma_tokenizer, answering_policy), "scripted", chat=False)
+        scorer = ThreadScorer(asyncio.get_running_loop(), frozen)
+        policy = ScriptedEngine(gemma_tokenizer, turn_policy(s3_turns))
+        loop = AgentLoop(policy, get_recipe("s3"), make_searcher(), Sampling(), chat=False, scorer=scorer)
+        example = {**ex("1", Q1, ["Mira Tolven"]), "meta": {"rag_gen_acc": 1.0}}
+        return await loop.run_batch([example], n=1), frozen
+
+    (traj,), frozen = asyncio.run(go())
+    assert traj.reward_components["gen_acc_rag"] == 1.0 and traj.reward == 0.0  # gain over a solved RAG = 0
+    assert frozen.stats["generated"] == 1  # only the s3 answer

@@ -1,0 +1,136 @@
+"""Benchmark the DeepSpeed policy learner: update tokens/s, peak memory per rank, weight-sync seconds.
+
+    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.bench_learner [--seqs 8] [--ranks 1,2] [key=value ...]
+
+The batch is made of real text: Search-R1 prompts of dev questions, and responses that alternate
+policy text with retrieved passages (loss mask 0) from the pack's corpus, tokenized by the policy's
+tokenizer. For each rank count, a `LearnerGroup` (ZeRO stage and dtype from `learner.*` in the config,
+Gemma 3 270M by default) takes `--steps` GRPO steps; the first is a warm-up and is not timed.
+Weight sync is timed into one vLLM RolloutWorker. Writes JSON (--out) and ends with one line:
+`learner: tokens_per_s_1rank=<x> tokens_per_s_2rank=<y> sync_s=<z>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from pathlib import Path
+
+from scripts.cli import parse_config, user_errors
+
+
+def real_text_trajectories(cfg, tokenizer, seqs: int, response_tokens: int, seed: int = 0) -> list[dict]:
+    """Trajectories of real tokens: a recipe prompt, then policy text and passages in turns."""
+    from pipelines.data import iter_corpus, iter_qa, pack_file
+    from recipes import get_recipe
+
+    rng = random.Random(seed)
+    recipe = get_recipe("search_r1")
+    passages = [p.text for p in iter_corpus(pack_file(cfg.data.corpus, cfg.data.dir), limit=2000)]
+    out = []
+    for i, ex in enumerate(iter_qa(pack_file(cfg.data.dev, cfg.data.dir), limit=seqs)):
+        prompt = recipe.start(ex.question, ex.golden_answers, [], chat=False).prompt.render(None)
+        ids = tokenizer.encode(prompt)
+        response, mask = [], []
+        while len(response) < response_tokens:
+            policy = tokenizer.encode(f"<think>{rng.choice(passages)[:200]}</think>\n<search> {ex.question} </search>",
+                                      add_special_tokens=False)
+            obs = tokenizer.encode(f"\n\n<information>{rng.choice(passages)}</information>\n\n", add_special_tokens=False)
+            response += policy + obs
+            mask += [1] * len(policy) + [0] * len(obs)
+        response, mask = response[:response_tokens], mask[:response_tokens]
+        out.append({"prompt_ids": ids, "response_ids": response, "loss_mask": mask,
+                    "logprobs": [0.0] * len(response), "group_id": f"g{i // 4}"})
+    return out
+
+
+def bench_ranks(cfg, ranks: int, batch, steps: int, rollout_worker) -> dict:
+    import ray
+    import torch
+
+    from actors.learner_group import LearnerGroup
+    from algorithms import AlgorithmConfig, grpo_advantages
+
+    learner = cfg.learner.model_copy(update={"num_ranks": ranks, "mini_batch_size": batch.size})
+    group = LearnerGroup("policy", learner)
+    try:
+        rewards = torch.tensor([float(i % 2) for i in range(batch.size)])
+        runs = []
+        for step in range(steps):
+            logprobs, _ = group.compute_logprobs(batch)
+            b = batch.with_fields(old_logprobs=logprobs,
+                                  advantages=grpo_advantages(rewards, batch.group_ids, batch.loss_mask))
+            m = group.update(b, AlgorithmConfig(kl_coef=0.0))
+            print(f"{ranks} rank(s), step {step}: {m['update_s']:.1f} s, {m['tokens']:.0f} policy tokens, "
+                  f"loss {m['policy_loss']:.4f}", flush=True)
+            runs.append(m)
+        timed = runs[1:] or runs
+        update_s = sum(m["update_s"] for m in timed) / len(timed)
+        tokens = timed[0]["tokens"]
+        peak = ray.get([a.peak_memory_bytes.remote() for a in group.actors])
+        sync = group.sync_weights([rollout_worker], version=ranks) if rollout_worker is not None else {}
+        return {"ranks": ranks, "update_s": update_s, "policy_tokens": tokens, "tokens_per_s": tokens / update_s,
+                "peak_memory_bytes_per_rank": peak, "sync": sync, "steps": runs}
+    finally:
+        group.shutdown()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seqs", type=int, default=8, help="sequences per update (one mini-batch)")
+    parser.add_argument("--response-tokens", type=int, default=256, help="response length (tokens)")
+    parser.add_argument("--ranks", default="1,2", help="rank counts to measure")
+    parser.add_argument("--steps", type=int, default=2, help="update steps per rank count (first = warm-up)")
+    parser.add_argument("--no-sync", action="store_true", help="skip the vLLM weight-sync measurement")
+    parser.add_argument("--out", default="runs/bench_learner.json")
+    args, cfg = parse_config(parser, argv)
+    import ray
+    from transformers import AutoTokenizer
+
+    from actors.learner_batch import make_train_batch
+    from actors.models import resolve_model
+    from cluster.ray_init import init_ray
+
+    with user_errors():
+        tokenizer = AutoTokenizer.from_pretrained(resolve_model(cfg.learner.model))
+        batch = make_train_batch(real_text_trajectories(cfg, tokenizer, args.seqs, args.response_tokens),
+                                 tokenizer.pad_token_id or 0)
+        started = init_ray(cfg.ray)
+        worker = None
+        try:
+            if not args.no_sync:
+                from actors.rollout import remote_rollout_worker
+
+                worker = remote_rollout_worker(num_cpus=0.5).remote(
+                    {"backend": "vllm", "model": cfg.learner.model, "max_model_len": 2048}, None)
+                ray.get(worker.ready.remote())
+            results = [bench_ranks(cfg, int(r), batch, args.steps, worker) for r in args.ranks.split(",")]
+        finally:
+            if worker is not None:
+                ray.get(worker.shutdown.remote())
+            if started:
+                ray.shutdown()
+    by_ranks = {r["ranks"]: r for r in results}
+    sync_s = [r["sync"]["sync_s"] for r in results if r["sync"]]
+    summary = {
+        "model": cfg.learner.model, "zero_stage": cfg.learner.zero_stage, "dtype": cfg.learner.dtype,
+        "seqs": batch.size, "prompt_tokens_padded": batch.prompt_len, "response_tokens": batch.response_len,
+        "results": results, "sync_s": sum(sync_s) / len(sync_s) if sync_s else None,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(summary, indent=2))
+    for r in results:
+        peak = ", ".join(f"{b / 2**30:.2f}" for b in r["peak_memory_bytes_per_rank"])
+        print(f"{r['ranks']} rank(s): {r['tokens_per_s']:.1f} policy tokens/s, {r['update_s']:.1f} s per update, "
+              f"peak GiB per rank [{peak}], sync {r['sync'].get('sync_s', float('nan')):.1f} s")
+
+    def fmt(x):
+        return "nan" if x is None else f"{x:.2f}"
+
+    print(f"learner: tokens_per_s_1rank={fmt(by_ranks.get(1, {}).get('tokens_per_s'))} "
+          f"tokens_per_s_2rank={fmt(by_ranks.get(2, {}).get('tokens_per_s'))} sync_s={fmt(summary['sync_s'])}")
+
+
+if __name__ == "__main__":
+    main()
