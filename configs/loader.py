@@ -128,6 +128,9 @@ def _merge(base: dict, over: dict, model: type[BaseModel], prefix: str = "") -> 
             if not isinstance(base.get(key), dict):
                 base[key] = {}
             problems += _merge(base[key], value, sub, dotted + ".")
+        elif isinstance(value, dict) and typing.get_origin(field.annotation) is dict:
+            # A free-form mapping field (e.g. train.recipe_options): keys merge, the owner validates them.
+            base[key] = {**(base.get(key) if isinstance(base.get(key), dict) else {}), **value}
         elif isinstance(value, dict) and value:
             inner = next(iter(value))
             problems.append(f"{dotted}.{inner}: unknown key ({dotted} is a value, not a section)")
@@ -170,6 +173,25 @@ def _read_yaml(path: Path) -> dict:
     return data
 
 
+def _read_with_base(path: Path, source: str, seen: tuple[Path, ...] = ()) -> dict:
+    """A YAML file's data, merged over the file its `base:` key names (a path relative to it), so
+    recipe configs share one CPU or GPU base and spell out only what differs."""
+    path = path.resolve()
+    if path in seen:
+        raise ConfigError([f"base: {path} includes itself ({' -> '.join(map(str, seen))})"], source)
+    data = _read_yaml(path)
+    base = data.pop("base", None)
+    if base is None:
+        return data
+    if not isinstance(base, str):
+        raise ConfigError([f"base: must be a file name (relative to {path.parent}), got {base!r}"], source)
+    merged = _read_with_base(path.parent / base, source, (*seen, path))
+    problems = _merge(merged, data, Config)
+    if problems:
+        raise ConfigError(problems, str(path))
+    return merged
+
+
 def load_config(path: str | Path | None, overrides: Iterable[str] = ()) -> Config:
     """Load a config from a YAML file (None = defaults only), apply overrides, validate.
 
@@ -181,7 +203,7 @@ def load_config(path: str | Path | None, overrides: Iterable[str] = ()) -> Confi
     source = str(path) if path is not None else "built-in defaults"
     if overrides:
         source += ", overrides: " + " ".join(overrides)
-    data = _read_yaml(Path(path)) if path is not None else {}
+    data = _read_with_base(Path(path), source) if path is not None else {}
     problems = _merge(data, parse_overrides(overrides), Config)
     if problems:
         raise ConfigError(problems, source)

@@ -1,0 +1,55 @@
+"""Step metrics of a training run, from trajectories (dicts of `Trajectory.to_json`) and the
+learners' results; one flat dict per step with the same keys in metrics.jsonl and wandb."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from recipes.metrics import exact_match
+
+FINISH_REASONS = ("answer", "complete", "max_turns", "max_total_tokens", "invalid")
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return float(statistics.fmean(xs)) if xs else 0.0
+
+
+def rollout_metrics(trajs: Sequence[Mapping[str, Any]], prefix: str = "rollout") -> dict[str, float]:
+    """Reward mean/std and every reward component's mean, response length (tokens), turns and
+    searches per episode, valid-action rate, finish-reason fractions, retrieval latency (s), and
+    the exact match of the final answers, under `<prefix>/...` keys."""
+    n = max(1, len(trajs))
+    rewards = [float(t.get("reward") or 0.0) for t in trajs]
+    turns = [r for t in trajs for r in t["turns"]]
+    searches = [r for r in turns if r.get("query") is not None]
+    components: dict[str, list[float]] = {}
+    for t in trajs:
+        for k, v in (t.get("reward_components") or {}).items():
+            components.setdefault(k, []).append(float(v))
+    out = {
+        "reward_mean": _mean(rewards),
+        "reward_std": float(statistics.pstdev(rewards)) if len(rewards) > 1 else 0.0,
+        "response_tokens": sum(len(t["response_ids"]) for t in trajs) / n,
+        "policy_tokens": sum(sum(t["loss_mask"]) for t in trajs) / n,
+        "turns_per_episode": len(turns) / n,
+        "searches_per_episode": len(searches) / n,
+        "valid_action_rate": sum(r["action"] != "Invalid" for r in turns) / max(1, len(turns)),
+        "retrieval_latency_s": _mean([r["search_s"] for r in searches]),
+        "generate_s_per_turn": _mean([r["generate_s"] for r in turns]),
+        "answer_em": _mean([exact_match(t["final"].get("answer") or "", t["golden_answers"]) for t in trajs]),
+        "episodes": float(len(trajs)),
+    }
+    out.update({f"reward/{k}": _mean(v) for k, v in components.items()})
+    reasons = Counter(t["finish_reason"] for t in trajs)
+    out.update({f"finish/{r}": reasons.get(r, 0) / n for r in sorted(set(FINISH_REASONS) | set(reasons))})
+    return {f"{prefix}/{k}": float(v) for k, v in out.items()}
+
+
+def learner_metrics(policy: Mapping[str, float], critic: Mapping[str, float] | None = None) -> dict[str, float]:
+    """Learner results under `actor/...` and `critic/...` keys."""
+    out = {f"actor/{k}": float(v) for k, v in policy.items()}
+    out.update({f"critic/{k}": float(v) for k, v in (critic or {}).items()})
+    return out

@@ -1,0 +1,51 @@
+"""Train a search agent.
+
+    .venv/bin/python -m scripts.train --config configs/s3_cpu.yaml [key=value ...]
+    .venv/bin/python -m scripts.train --resume runs/s3-20261121-120000 [key=value ...]
+
+Starts (or joins, with `ray.address` / RAY_ADDRESS, as under `ray job submit`) a Ray cluster,
+creates the actors and runs `pipelines.train`. The run directory `runs/<recipe>-<timestamp>/` gets
+config.yaml (resolved), metrics.jsonl, wandb files (offline unless configured), checkpoints/step-<n>/
+and reward_curves.png. `--resume` continues a run from its last checkpoint with its saved config
+(overrides on the command line apply on top, e.g. train.total_steps=40 to extend it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from scripts.cli import parse_config, user_errors
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--resume", default=None, help="run directory to continue")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar (logs only)")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--resume" in argv and "--config" not in argv:  # the run's own resolved config
+        run_dir = argv[argv.index("--resume") + 1]
+        argv = ["--config", str(Path(run_dir) / "config.yaml"), *argv]
+    args, cfg = parse_config(parser, argv)
+    from cluster.roles import ResourceFitError
+    from pipelines.train import TrainConfigError, train
+    from pipelines.tracking import REWARD_CURVE
+
+    with user_errors():
+        try:
+            run_dir = train(cfg, resume=args.resume, progress=not args.no_progress)
+        except (TrainConfigError, ResourceFitError, FileNotFoundError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            raise SystemExit(2) from None
+    print(f"run directory: {run_dir}")
+    print(f"metrics: {run_dir / 'metrics.jsonl'}")
+    print(f"reward curves: {run_dir / REWARD_CURVE}")
+    wandb_dirs = sorted((run_dir / "wandb").glob("offline-run-*")) if (run_dir / "wandb").is_dir() else []
+    if wandb_dirs:
+        print(f"wandb (offline): {wandb_dirs[-1]}  (upload: wandb sync {wandb_dirs[-1]})")
+    print(f"checkpoints: {run_dir / 'checkpoints'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""The training pipeline: data order, stages, config checks, tracking, and a real two-step run on the
+local Ray cluster (tiny Gemma 3 policy and frozen LLM on the transformers backend, the real
+retrieval pool over the pack) that checkpoints, resumes with the same data order, and plots."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+
+import pytest
+
+from configs import load_config
+from pipelines.train import TrainConfigError, batch_indices, stage_at, total_steps, validate
+
+
+def cfg_with(*overrides: str, config: str = "configs/r1_searcher_cpu.yaml"):
+    return load_config(config, list(overrides))
+
+
+def test_batch_order_is_a_function_of_the_step():
+    steps = [batch_indices(s, 3, 7, seed=1, shuffle=True) for s in range(7)]
+    first_epoch = [i for s in steps[:7] for i in s][:7]
+    assert sorted(first_epoch) == list(range(7))  # every question once per epoch
+    assert steps[4] == batch_indices(4, 3, 7, seed=1, shuffle=True)  # resumable: same step, same questions
+    assert batch_indices(0, 3, 7, seed=2, shuffle=True) != steps[0] or batch_indices(1, 3, 7, 2, True) != steps[1]
+    assert batch_indices(2, 3, 7, seed=1, shuffle=False) == [6, 0, 1]  # wraps into the next epoch
+
+
+def test_stages_schedule_recipe_options():
+    cfg = cfg_with()
+    assert total_steps(cfg) == 40
+    assert stage_at(cfg, 0)[:2] == (0, {"max_turns": 2, "topk": 3, "stage": 1})
+    assert stage_at(cfg, 19)[1]["stage"] == 1 and stage_at(cfg, 20)[1]["stage"] == 2
+    assert total_steps(cfg_with(config="configs/s3_cpu.yaml")) == 20
+
+
+@pytest.mark.parametrize("overrides, match", [
+    (["train.recipe=naive_rag"], "train.recipe must be one of"),
+    (["train.questions_per_step=3"], "learner.mini_batch_size"),
+    (["rollout.samples_per_prompt=1", "learner.mini_batch_size=4"], "samples_per_prompt >= 2"),
+    (["index.dir=/nonexistent/index"], "index.dir"),
+    (["train.recipe_options.max_turns=-1"], "recipe_options"),
+])
+def test_bad_training_configs_fail_before_any_actor(overrides, match):
+    with pytest.raises(TrainConfigError, match=match):
+        validate(cfg_with(*overrides))
+
+
+def test_learner_follows_the_rollout_temperature():
+    assert validate(cfg_with(config="configs/s3_cpu.yaml")).learner.temperature == 0.6
+
+
+def test_tracker_writes_jsonl_and_plots(tmp_path):
+    from pipelines.tracking import Tracker, read_metrics
+
+    cfg = cfg_with("train.wandb.mode=disabled")
+    tr = Tracker(tmp_path, cfg)
+    for step in (1, 2, 3):
+        tr.log({"rollout/reward_mean": 0.1 * step, "rollout/reward_std": 0.05, "rollout/reward/format": 0.5,
+                **({"dev/reward_mean": 0.2} if step == 3 else {})}, step=step)
+    tr.log({"rollout/reward_mean": 0.9}, step=3)  # a resumed run repeats step 3: the later row wins
+    png = tr.finish()
+    assert png is not None and png.stat().st_size > 10_000
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3] and rows[-1]["rollout/reward_mean"] == 0.9
+
+
+@pytest.fixture(scope="module")
+def tiny_policy(tmp_path_factory, gemma_dir) -> str:
+    from actors.models import make_tiny_model
+
+    return make_tiny_model("gemma3", tmp_path_factory.mktemp("train-tiny") / "policy", tokenizer_from=gemma_dir,
+                           seed=0, dtype="float32")
+
+
+def _group_ids(path) -> list[str]:
+    with gzip.open(path, "rt") as f:
+        return [json.loads(line)["group_id"] for line in f]
+
+
+@pytest.mark.slow
+def test_two_steps_checkpoint_and_resume(ray_local, small_index, tiny_policy, tmp_path):
+    from pipelines.train import last_checkpoint, train
+
+    cfg = cfg_with(
+        f"index.dir={small_index}", "index.num_shards=2", f"run_dir={tmp_path}", f"learner.model={tiny_policy}",
+        f"frozen.model={tiny_policy}", "rollout.backend=hf", "frozen.backend=hf", "learner.lr=0.001",
+        "train.questions_per_step=2", "rollout.samples_per_prompt=2", "learner.mini_batch_size=4",
+        "learner.micro_batch_size=2", "rollout.max_new_tokens_per_turn=16", "rollout.max_total_tokens=1024",
+        "rollout.cpus_per_worker=0.25", "frozen.num_cpus=0.25", "learner.cpus_per_rank=0.5",
+        "train.eval_questions=2", "train.save_every=1", "train.wandb.mode=offline",
+        'train.stages=[{"steps": 1, "recipe_options": {"stage": 1}}, {"steps": 1, "recipe_options": {"stage": 2}}]',
+    )
+    run_dir = train(cfg, progress=False)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2] and [r["stage"] for r in rows] == [1, 2]
+    for key in ("rollout/reward_mean", "rollout/turns_per_episode", "rollout/valid_action_rate", "actor/policy_loss",
+                "actor/grad_norm", "time/rollout_s", "time/update_s", "time/sync_s"):
+        assert key in rows[0], key
+    assert "dev/reward_mean" in rows[1] and rows[0]["rollout/episodes"] == 4
+    assert {"rollout/reward/retrieval", "rollout/reward/format"} <= set(rows[0])  # stage-1 reward components
+    assert (run_dir / "reward_curves.png").is_file() and (run_dir / "config.yaml").is_file()
+    assert list((run_dir / "wandb").glob("offline-run-*"))
+    assert last_checkpoint(run_dir).name == "step-2"
+    assert (run_dir / "checkpoints" / "step-2" / "policy" / "hf" / "model.safetensors").is_file()
+    step2 = _group_ids(run_dir / "rollouts" / "step-2.jsonl.gz")
+
+    # Stop after step 1: resume runs step 2 again, on the same questions.
+    shutil.rmtree(run_dir / "checkpoints" / "step-2")
+    (run_dir / "rollouts" / "step-2.jsonl.gz").unlink()
+    resumed = train(load_config(run_dir / "config.yaml"), resume=run_dir, progress=False)
+    assert resumed == run_dir and last_checkpoint(run_dir).name == "step-2"
+    assert sorted(_group_ids(run_dir / "rollouts" / "step-2.jsonl.gz")) == sorted(step2)
+    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 2]
