@@ -114,3 +114,19 @@ def test_two_steps_checkpoint_and_resume(ray_local, small_index, tiny_policy, tm
     assert sorted(_group_ids(run_dir / "rollouts" / "step-2.jsonl.gz")) == sorted(step2)
     steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 2]
+
+
+@pytest.mark.parametrize("path", sorted(str(p) for p in __import__("pathlib").Path("configs").glob("*_[cg]pu.yaml")
+                                        if p.name not in ("train_cpu.yaml", "train_gpu.yaml", "retrieval_cpu.yaml")))
+def test_every_recipe_config_loads_and_builds_its_recipe(path):
+    """Each shipped recipe config validates, names a trainable recipe, and its recipe options (per
+    stage) build the recipe; GPU configs ask for GPUs for the engines and learners."""
+    from cluster.roles import plan_roles, total_resources
+    from recipes import get_recipe
+
+    cfg = load_config(path)
+    for step in range(total_steps(cfg)):
+        get_recipe(cfg.train.recipe, stage_at(cfg, step)[1])
+    episodes = cfg.train.questions_per_step * cfg.rollout.samples_per_prompt
+    assert episodes % cfg.learner.mini_batch_size == 0, "episodes per step must fill whole mini-batches"
+    assert (total_resources(plan_roles(cfg))["GPU"] > 0) == path.endswith("_gpu.yaml")
