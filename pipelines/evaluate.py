@@ -1,0 +1,544 @@
+"""Evaluate a trained searcher and the baselines on a QA file: EM, F1, cover-EM, span_check, GenAcc.
+
+Methods (`methods=`, in this order in the tables):
+
+- `direct`: the frozen generator (`frozen.model`) answers the question alone (`direct` recipe);
+- `naive_rag`: the frozen generator answers from the top-k documents of the question itself
+  (`naive_rag` recipe, k = the policy recipe's `topk`, s3 §4.1: 3);
+- `policy`: the trained searcher, recipe `train.recipe` (options `train.recipe_options`), weights
+  from `checkpoint` (the untrained `learner.model` without one);
+- `untrained`: the same recipe on `learner.model` (the "before training" row).
+
+In s3's protocol the generator answers in every baseline, so `direct` and `naive_rag` run on a
+RolloutWorker whose engine is the generator model. A recipe whose episodes end in an answer
+(search_r1, r1_searcher, r_search, eval_rar) is scored on that answer; for s3 the frozen generator
+answers from the context the searcher selected (s3 §4: the final context of `recipes.s3.S3.
+context_docs`, Appendix A.5, in the Fig. 12 answer prompt). Decoding is greedy, one episode per
+question. GenAcc = span_check ∨ judge_check, the judge (`frozen.judge_model or frozen.model`) asked
+only when the span check fails (s3 §4.1, Appendix A.4).
+
+Order of work (`evaluate`): check the arguments, the checkpoint, the QA file and the index (errors
+before any actor starts) → start or join Ray → RetrievalPool → frozen generator / judge → for each
+engine (methods sharing one engine share one worker): a worker runs the methods' episodes, then its
+engine is shut down → generator answers for s3 contexts → judge calls → rows → `results.json`,
+`results.md`, `predictions.jsonl` in `out_dir`. Everything this call started is shut down in
+`finally`. The math (`compute_rows`) is a pure function over per-question records.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from actors.agent_loop import AgentLoop, RolloutLimits
+from actors.engine import Sampling
+from actors.rollout import RolloutWorker
+from recipes import get_recipe
+from recipes.base import ANSWER_PROMPT
+from recipes.metrics import cover_exact_match, exact_match, f1_score, span_check
+
+METHODS = ("direct", "naive_rag", "policy", "untrained")
+"""Known method names; see the module docstring."""
+
+DEFAULT_METHODS = ("direct", "naive_rag", "policy")
+
+GENERATOR_ANSWERS = frozenset({"s3"})
+"""Recipes whose episodes end in a selected context, not an answer: the frozen generator answers."""
+
+ALL = "all"
+"""The `dataset` of the row that pools every question of a method."""
+
+METRICS = ("em", "f1", "cover_em", "span_check", "gen_acc")
+
+_BATCH = 256  # questions per worker call (progress lines and bounded result messages)
+
+
+class EvaluationError(ValueError):
+    """An argument or input a user can fix (method list, checkpoint, QA file, limit); the message
+    names the argument or config field and the fix."""
+
+
+# ----------------------------------------------------------------------------- rows (pure)
+
+
+@dataclass(frozen=True)
+class QARecord:
+    """One question answered by one method.
+
+    `answer`: the scored answer (None = the episode gave none; scores 0). `searches`: retrieval
+    calls made for the question (count; the initial top-k of s3 / naive RAG counts as one).
+    `gen_acc`: GenAcc = span_check ∨ judge_check, decided by the caller (the judge is an LLM).
+    """
+
+    method: str
+    dataset: str
+    answer: str | None
+    golden_answers: tuple[str, ...]
+    searches: int
+    gen_acc: bool
+
+
+def _scores(record: QARecord) -> dict[str, float]:
+    pred, golds = record.answer or "", list(record.golden_answers)
+    return {
+        "em": exact_match(pred, golds),
+        "f1": f1_score(pred, golds),
+        "cover_em": cover_exact_match(pred, golds),
+        "span_check": float(span_check(pred, golds)),
+        "gen_acc": float(record.gen_acc),
+    }
+
+
+def _row(method: str, dataset: str, scored: list[tuple[QARecord, dict[str, float]]]) -> dict[str, Any]:
+    n = len(scored)
+    row: dict[str, Any] = {"method": method, "dataset": dataset, "n": n}
+    for m in METRICS:
+        row[m] = sum(s[m] for _, s in scored) / n
+    row["searches_per_question"] = sum(r.searches for r, _ in scored) / n
+    return row
+
+
+def compute_rows(records: Iterable[QARecord]) -> list[dict[str, Any]]:
+    """The result table: one row per method × dataset, then the method's `all` row.
+
+    Each row is `{method, dataset, n, em, f1, cover_em, span_check, gen_acc, searches_per_question}`:
+    `n` questions; the five metrics are means over those questions, in [0, 1] (EM, F1, cover-EM
+    and span_check from `recipes.metrics` on the answer, a missing answer counting as ""; gen_acc
+    is the records' flag); `searches_per_question` is the mean retrieval calls per question.
+
+    The `all` row is the mean over ALL the method's questions (micro average), not the mean of
+    the dataset rows: a dataset with more questions weighs more. Methods keep the order in which
+    they first appear in `records`; datasets are sorted by name within a method.
+    """
+    by_method: dict[str, dict[str, list[tuple[QARecord, dict[str, float]]]]] = {}
+    for r in records:
+        by_method.setdefault(r.method, {}).setdefault(r.dataset, []).append((r, _scores(r)))
+    rows = []
+    for method, datasets in by_method.items():
+        for dataset in sorted(datasets):
+            rows.append(_row(method, dataset, datasets[dataset]))
+        rows.append(_row(method, ALL, [x for d in datasets.values() for x in d]))
+    return rows
+
+
+_COLUMNS = (
+    ("method", "method", "{}"), ("dataset", "dataset", "{}"), ("n", "n", "{}"), ("em", "EM", "{:.3f}"),
+    ("f1", "F1", "{:.3f}"), ("cover_em", "cover-EM", "{:.3f}"), ("span_check", "span_check", "{:.3f}"),
+    ("gen_acc", "GenAcc", "{:.3f}"), ("searches_per_question", "searches/q", "{:.2f}"),
+)
+
+
+def format_markdown(rows: Sequence[Mapping[str, Any]], title: str | None = None) -> str:
+    """`rows` (as `compute_rows` returns them) as a Markdown table, metrics with 3 decimals,
+    searches per question with 2; `all` rows in bold. `title` becomes a `#` heading above it."""
+    lines = [f"# {title}", ""] if title else []
+    lines.append("| " + " | ".join(head for _, head, _ in _COLUMNS) + " |")
+    lines.append("| " + " | ".join("---" if key in ("method", "dataset") else "---:" for key, _, _ in _COLUMNS) + " |")
+    for row in rows:
+        cells = [fmt.format(row[key]) for key, _, fmt in _COLUMNS]
+        if row["dataset"] == ALL:
+            cells = [f"**{c}**" for c in cells]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+_WEIGHTS = ("*.safetensors", "*.bin")
+_TOKENIZER = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
+
+
+def _model_problem(d: Path) -> str | None:
+    """What `d` lacks to be a Hugging Face model directory, or None."""
+    if not d.is_dir():
+        return "not a directory"
+    missing = []
+    if not (d / "config.json").is_file():
+        missing.append("config.json")
+    if not any(next(d.glob(p), None) for p in _WEIGHTS):
+        missing.append("weights (*.safetensors)")
+    if not any((d / t).is_file() for t in _TOKENIZER):
+        missing.append("a tokenizer (tokenizer.json / tokenizer_config.json)")
+    return f"no {', '.join(missing)}" if missing else None
+
+
+def resolve_checkpoint(path: str | Path) -> str:
+    """The Hugging Face model directory of a checkpoint.
+
+    Args:
+        path: what the learner wrote (`<ckpt>`, whose `policy/hf/` holds the model) or a Hugging
+            Face model directory itself (config.json, safetensors, tokenizer).
+    Returns:
+        The model directory, absolute.
+    Raises:
+        EvaluationError: the path does not exist, or neither `<path>/policy/hf` nor `<path>` is a
+            model directory (the message names the path and what is missing).
+    """
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise EvaluationError(f"--checkpoint {p}: does not exist; pass a checkpoint directory written by the "
+                              f"learner (it holds policy/hf/) or a Hugging Face model directory")
+    hf = p / "policy" / "hf"
+    for cand in (hf, p):
+        if _model_problem(cand) is None:
+            return str(cand.resolve())
+    raise EvaluationError(
+        f"--checkpoint {p}: not a checkpoint ({hf}: {_model_problem(hf)}) and not a Hugging Face model "
+        f"directory ({p}: {_model_problem(p)}); pass the directory the learner's save_checkpoint wrote "
+        f"or a model directory with config.json, *.safetensors and the tokenizer"
+    )
+
+
+def parse_methods(methods: str | Iterable[str]) -> list[str]:
+    """Method names from "a,b,c" or a list, deduplicated in order.
+
+    Raises:
+        EvaluationError: empty, or a name not in `METHODS`.
+    """
+    names = [m.strip() for m in (methods.split(",") if isinstance(methods, str) else methods) if m.strip()]
+    unknown = [m for m in names if m not in METHODS]
+    if unknown or not names:
+        raise EvaluationError(f"--methods {','.join(names) or '(empty)'}: unknown {unknown or 'none given'}; "
+                              f"choose from {','.join(METHODS)}")
+    return list(dict.fromkeys(names))
+
+
+def _check_model_field(field: str, value: str) -> None:
+    """A model given as a path (starts with / ./ ../ ~) must exist; names are left to the engine."""
+    if value.startswith(("/", "./", "../", "~")) and not Path(value).expanduser().is_dir():
+        raise EvaluationError(f"{field}={value!r}: no such model directory; set {field} to an existing "
+                              f"directory, 'gemma3-270m' or a Hugging Face name")
+
+
+def load_questions(qa_file: str | Path, data_dir: str | None = None, limit: int | None = None) -> list[dict]:
+    """The first `limit` questions (None = all) of `qa_file` as dicts (id, question, golden_answers,
+    dataset). `qa_file` is a path, or a file name of the data pack (e.g. "test.jsonl.gz").
+
+    Raises:
+        EvaluationError: limit < 1, or the file has no questions.
+        DataPackError: neither a file nor a data pack file; BadRowError: a malformed row.
+    """
+    from pipelines.data import iter_qa, pack_file
+
+    if limit is not None and limit < 1:
+        raise EvaluationError(f"--limit {limit}: must be >= 1 (questions), or omitted for the whole file")
+    path = Path(qa_file).expanduser()
+    if not path.is_file():
+        path = pack_file(str(qa_file), data_dir)
+    examples = [
+        {"id": e.id, "question": e.question, "golden_answers": list(e.golden_answers), "dataset": e.dataset}
+        for e in iter_qa(path, limit=limit)
+    ]
+    if not examples:
+        raise EvaluationError(f"--qa {path}: no questions in the file")
+    return examples
+
+
+# ----------------------------------------------------------------------------- worker
+
+
+class EvalWorker(RolloutWorker):
+    """A RolloutWorker that also returns each episode's final output as evaluation needs it
+    (`Trajectory.to_json` drops the Episode, hence the s3 documents)."""
+
+    async def run_final(
+        self,
+        examples: Sequence[Mapping[str, Any]],
+        recipe: str,
+        recipe_config: Mapping[str, Any] | None = None,
+        sampling: Mapping[str, Any] | None = None,
+        limits: Mapping[str, Any] | None = None,
+        chat: bool | None = None,
+    ) -> list[dict[str, Any]]:
+        """One episode per example, no reward. Returns per example `{id, dataset, question,
+        golden_answers, answer, context, searches, finish_reason}`: `context` is the formatted
+        selected documents for recipes in `GENERATOR_ANSWERS` (else None); `searches` counts
+        retrieval calls, the initial top-k included."""
+        engine = await self.holder.get()
+        rec = get_recipe(recipe, dict(recipe_config or {}))
+        loop = AgentLoop(engine, rec, self.searcher, Sampling(**dict(sampling or {})),
+                         RolloutLimits(**dict(limits or {})), chat=chat, compute_reward=False)
+        trajs = await loop.run_batch(list(examples), 1)
+        out = []
+        for ex, t in zip(examples, trajs):
+            ep = t.episode
+            final = ep.final or rec.final_output(ep)
+            out.append({
+                "id": str(ex.get("id", "")), "dataset": str(ex.get("dataset", "")), "question": ep.question,
+                "golden_answers": list(ep.golden_answers), "answer": final.answer,
+                "context": rec.format_docs(final.selected_docs) if recipe in GENERATOR_ANSWERS else None,
+                "searches": ep.num_searches + int(rec.initial_search), "finish_reason": ep.stop_reason,
+            })
+        return out
+
+
+def _engine_spec(backend: str, model: str, max_model_len: int, seed: int, gpu_memory_utilization: float,
+                 cpu_kv_cache_gib: float | None, tensor_parallel_size: int = 1) -> dict[str, Any]:
+    spec: dict[str, Any] = {"backend": backend, "model": model, "max_model_len": max_model_len, "seed": seed}
+    if backend == "vllm":
+        spec |= {"gpu_memory_utilization": gpu_memory_utilization, "tensor_parallel_size": tensor_parallel_size}
+        if cpu_kv_cache_gib is not None:
+            spec["cpu_kv_cache_gib"] = cpu_kv_cache_gib
+    return spec
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One method: which engine runs which recipe with which settings."""
+
+    method: str
+    recipe: str
+    recipe_config: dict
+    spec: dict
+    resources: dict
+    limits: dict
+    chat: bool | None
+
+
+def plan_methods(cfg: Any, methods: Sequence[str], checkpoint: str | None) -> list[_Plan]:
+    """The engine, recipe and limits of every method (no actors). See the module docstring.
+
+    Raises:
+        EvaluationError: a bad checkpoint, `learner.model` / `frozen.model` naming a missing
+            directory, `train.recipe` unknown or `train.recipe_options` invalid.
+    """
+    policy_model = resolve_checkpoint(checkpoint) if checkpoint is not None else cfg.learner.model
+    _check_model_field("learner.model", cfg.learner.model)
+    _check_model_field("frozen.model", cfg.frozen.model)
+    if cfg.frozen.judge_model:
+        _check_model_field("frozen.judge_model", cfg.frozen.judge_model)
+    recipe_options = dict(cfg.train.recipe_options)
+    try:
+        topk = get_recipe(cfg.train.recipe, recipe_options).config.topk
+    except (KeyError, ValueError) as e:  # pydantic.ValidationError is a ValueError
+        msg = e.args[0] if isinstance(e, KeyError) else e
+        raise EvaluationError(f"train.recipe={cfg.train.recipe!r} / train.recipe_options={recipe_options}: "
+                              f"{msg}") from None
+    ro, fr = cfg.rollout, cfg.frozen
+    gen_spec = _engine_spec(fr.backend, fr.model, fr.max_model_len, cfg.seed, fr.gpu_memory_utilization,
+                            fr.cpu_kv_cache_gib)
+    gen_res = {"num_cpus": fr.num_cpus, "num_gpus": fr.num_gpus}
+    gen_limits = {"max_new_tokens_per_turn": fr.max_answer_tokens, "max_observation_tokens": ro.max_observation_tokens,
+                  "max_total_tokens": fr.max_model_len}
+    pol_res = {"num_cpus": ro.cpus_per_worker, "num_gpus": ro.gpus_per_worker}
+    pol_limits = {"max_new_tokens_per_turn": ro.max_new_tokens_per_turn,
+                  "max_observation_tokens": ro.max_observation_tokens,
+                  "max_total_tokens": min(ro.max_total_tokens, ro.max_model_len)}
+
+    def pol_spec(model: str) -> dict:
+        return _engine_spec(ro.backend, model, ro.max_model_len, cfg.seed, ro.gpu_memory_utilization,
+                            ro.cpu_kv_cache_gib, ro.tensor_parallel_size)
+
+    plans = []
+    for m in methods:
+        if m in ("direct", "naive_rag"):
+            # Chat as the frozen generator decides it (None = when its tokenizer has a template).
+            plans.append(_Plan(m, m, {"topk": topk}, gen_spec, gen_res, gen_limits, None))
+        else:
+            model = policy_model if m == "policy" else cfg.learner.model
+            plans.append(_Plan(m, cfg.train.recipe, recipe_options, pol_spec(model), pol_res, pol_limits, ro.chat))
+    return plans
+
+
+def _same_run(a: _Plan, b: _Plan) -> bool:
+    def key(p: _Plan) -> tuple:
+        return p.recipe, p.recipe_config, p.spec, p.limits, p.chat
+
+    return key(a) == key(b)
+
+
+# ----------------------------------------------------------------------------- orchestration
+
+
+def _log(msg: str) -> None:
+    print(f"[evaluate] {msg}", file=sys.stderr, flush=True)
+
+
+def _stop(ray: Any, handles: list, shutdown: bool = True) -> None:
+    """Free engines (`shutdown`, else vLLM leaves /dev/shm segments), then kill the actors."""
+    for h in handles:
+        if shutdown:
+            try:
+                ray.get(h.shutdown.remote(), timeout=120)
+            except Exception as e:  # noqa: BLE001 - report and keep shutting down
+                _log(f"warning: engine shutdown failed: {type(e).__name__}: {e}")
+        try:
+            ray.kill(h)
+        except Exception as e:  # noqa: BLE001
+            _log(f"warning: kill failed: {type(e).__name__}: {e}")
+    handles.clear()
+
+
+def _judge_flags(ray: Any, judge: Any, records: list[dict]) -> list[bool]:
+    """GenAcc per record: span_check, else the judge's verdict (asked concurrently; never for an
+    empty answer)."""
+    flags = [bool(r["answer"]) and span_check(r["answer"], r["golden_answers"]) for r in records]
+    ask = [i for i, (f, r) in enumerate(zip(flags, records)) if not f and r["answer"] and r["answer"].strip()]
+    verdicts = ray.get([judge.judge.remote(records[i]["answer"], records[i]["golden_answers"]) for i in ask])
+    for i, v in zip(ask, verdicts):
+        flags[i] = bool(v)
+    return flags
+
+
+def evaluate(
+    cfg: Any,
+    qa_file: str | Path,
+    out_dir: str | Path,
+    checkpoint: str | Path | None = None,
+    limit: int | None = None,
+    methods: str | Iterable[str] = DEFAULT_METHODS,
+    *,
+    pool: Any = None,
+    generator: Any = None,
+    judge: Any = None,
+    log: Callable[[str], None] = _log,
+) -> list[dict[str, Any]]:
+    """Evaluate `methods` on the first `limit` questions of `qa_file`; write the results to `out_dir`.
+
+    Args:
+        cfg: `configs.Config`; uses `train.recipe(_options)`, `learner.model`, `rollout.*` (policy
+            engine and limits), `frozen.*` (generator, judge, their engines), `index.dir`,
+            `retrieval.*`, `ray.*`, `data.dir` (for a pack file name) and `seed`.
+        qa_file: QA file path, or a data pack file name ("test.jsonl.gz").
+        out_dir: created if missing; gets `results.json` (the rows), `results.md` (the table) and
+            `predictions.jsonl` (one line per method × question).
+        checkpoint: the learner's checkpoint directory (with `policy/hf/`) or an HF model
+            directory; None = the untrained `learner.model` is the policy.
+        limit: questions (count) from the start of the file; None = all.
+        methods: names from `METHODS`, as "a,b" or a list.
+        pool, generator, judge: running RetrievalPool / FrozenLLMWorker actor handles to reuse
+            (e.g. from the training pipeline; never shut down here). None = start one (the judge
+            defaults to the generator when `frozen.judge_model` is None).
+        log: progress lines.
+    Returns:
+        The rows of `compute_rows` (also in `results.json`).
+    Raises:
+        EvaluationError: bad methods, checkpoint, limit, model path or empty QA file; DataPackError /
+            BadRowError: QA file; IndexFormatError: no finished index at `index.dir` — all raised
+            before any actor starts.
+    """
+    import ray
+
+    from actors.index_store import Manifest
+    from actors.retrieval import start_retrieval_pool
+    from actors.rollout import remote_frozen_llm
+    from cluster.ray_init import init_ray
+
+    names = parse_methods(methods)
+    plans = plan_methods(cfg, names, str(checkpoint) if checkpoint is not None else None)
+    examples = load_questions(qa_file, cfg.data.dir, limit)
+    needs_pool = any(p.recipe != "direct" for p in plans)
+    if needs_pool and pool is None:
+        Manifest.load(cfg.index.dir)  # a missing / unfinished index fails before any actor starts
+    generator_answers = any(p.recipe in GENERATOR_ANSWERS for p in plans)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    t_start = time.perf_counter()
+    started_ray = init_ray(cfg.ray)
+    owned: list = []  # actors this call started and must stop (engines first)
+    try:
+        fr = cfg.frozen
+        frozen_cls = remote_frozen_llm(num_cpus=fr.num_cpus, num_gpus=fr.num_gpus)
+
+        def frozen_actor(model: str):
+            spec = _engine_spec(fr.backend, model, fr.max_model_len, cfg.seed, fr.gpu_memory_utilization,
+                                fr.cpu_kv_cache_gib)
+            handle = frozen_cls.remote(spec, max_answer_tokens=fr.max_answer_tokens)
+            owned.append(handle)
+            return handle
+
+        # Frozen engines load while the pool starts and the first worker loads its engine.
+        if generator is None and (generator_answers or (judge is None and not fr.judge_model)):
+            generator = frozen_actor(fr.model)
+        if judge is None:
+            judge = frozen_actor(fr.judge_model) if fr.judge_model else generator
+        pending = [h.ready.remote() for h in {id(generator): generator, id(judge): judge}.values() if h is not None]
+        if needs_pool and pool is None:
+            pool = start_retrieval_pool(cfg.index.dir, cfg.retrieval)
+            owned.append(pool)
+
+        # Methods sharing an engine share a worker; one worker (engine) is alive at a time.
+        groups: dict[str, list[_Plan]] = {}
+        for p in plans:
+            groups.setdefault(json.dumps({**p.spec, **p.resources}, sort_keys=True), []).append(p)
+        worker_cls_cache: dict[str, Any] = {}
+        results: dict[str, list[dict]] = {}
+        for group in groups.values():
+            res = group[0].resources
+            key = json.dumps(res, sort_keys=True)
+            if key not in worker_cls_cache:
+                worker_cls_cache[key] = ray.remote(max_concurrency=1000, **res)(EvalWorker)
+            t0 = time.perf_counter()
+            worker = worker_cls_cache[key].remote(group[0].spec, pool)
+            owned.append(worker)
+            ray.get([worker.ready.remote(), *pending])
+            pending = []
+            log(f"engine {group[0].spec['backend']}:{group[0].spec['model']} ready in {time.perf_counter() - t0:.0f} s")
+            for p in group:
+                same = next((q for q in plans if q.method in results and _same_run(p, q)), None)
+                if same is not None:  # greedy decoding: the same run gives the same episodes
+                    results[p.method] = copy.deepcopy(results[same.method])
+                    log(f"{p.method}: same engine and recipe as {same.method}, its episodes reused")
+                    continue
+                t0 = time.perf_counter()
+                recs: list[dict] = []
+                for i in range(0, len(examples), _BATCH):
+                    recs += ray.get(worker.run_final.remote(
+                        examples[i : i + _BATCH], p.recipe, p.recipe_config, {"temperature": 0.0, "seed": cfg.seed},
+                        p.limits, p.chat,
+                    ))
+                    log(f"{p.method} ({p.recipe}): {len(recs)}/{len(examples)} questions")
+                results[p.method] = recs
+                log(f"{p.method}: episodes done in {time.perf_counter() - t0:.0f} s")
+            _stop(ray, [worker])
+            owned.remove(worker)
+
+        # s3: the frozen generator answers from the searcher's final context (Fig. 12 prompt).
+        for p in plans:
+            if p.recipe in GENERATOR_ANSWERS:
+                recs = results[p.method]
+                answers = ray.get([generator.generate_answer.remote(r["question"], r["context"], ANSWER_PROMPT)
+                                   for r in recs])
+                for r, a in zip(recs, answers):
+                    r["answer"] = a
+
+        rows_in: list[QARecord] = []
+        with open(out / "predictions.jsonl", "w") as f:
+            for p in plans:
+                recs = results[p.method]
+                for r, flag in zip(recs, _judge_flags(ray, judge, recs)):
+                    rows_in.append(QARecord(p.method, r["dataset"], r["answer"], tuple(r["golden_answers"]),
+                                            int(r["searches"]), flag))
+                    f.write(json.dumps({"method": p.method, "recipe": p.recipe, **r, "gen_acc": flag}) + "\n")
+        rows = compute_rows(rows_in)
+    finally:
+        engines = [h for h in owned if h is not pool]
+        _stop(ray, engines)
+        if pool is not None and pool in owned:
+            _stop(ray, [pool], shutdown=False)
+        if started_ray:
+            ray.shutdown()
+
+    policy = next((p for p in plans if p.method == "policy"), None)
+    title = (f"Evaluation on {Path(qa_file).name} ({len(examples)} questions): recipe {cfg.train.recipe}, "
+             f"policy {policy.spec['model'] if policy else '-'}, generator {cfg.frozen.model}, "
+             f"judge {cfg.frozen.judge_model or cfg.frozen.model}")
+    (out / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
+    (out / "results.md").write_text(format_markdown(rows, title))
+    log(f"done in {time.perf_counter() - t_start:.0f} s; results in {out}")
+    return rows
+
+
+__all__ = [
+    "ALL", "DEFAULT_METHODS", "EvalWorker", "EvaluationError", "GENERATOR_ANSWERS", "METHODS", "QARecord",
+    "compute_rows", "evaluate", "format_markdown", "load_questions", "parse_methods", "plan_methods",
+    "resolve_checkpoint",
+]

@@ -1,0 +1,48 @@
+"""Evaluate a trained searcher and the baselines on a QA file (EM, F1, cover-EM, span_check, GenAcc).
+
+    .venv/bin/python -m scripts.evaluate --config CONFIG [--checkpoint DIR] --qa FILE --out DIR \\
+        [--limit N] [--methods direct,naive_rag,policy] [key=value ...]
+
+The policy runs recipe `train.recipe` on the checkpoint's `policy/hf/` model (or on `learner.model`
+without `--checkpoint`); `direct` and `naive_rag` answer with the frozen generator (`frozen.model`);
+`untrained` runs the recipe on `learner.model`. For s3 the frozen generator answers from the
+searcher's selected context. GenAcc's judge is `frozen.judge_model` (default `frozen.model`).
+`--qa` is a file path or a data pack file name (e.g. test.jsonl.gz). Writes `results.json`,
+`results.md` and `predictions.jsonl` to `--out` and prints the table. See `pipelines/evaluate.py`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from scripts.cli import parse_config, user_errors
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m scripts.evaluate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", default=None, metavar="DIR",
+                        help="learner checkpoint (holds policy/hf/) or a Hugging Face model directory; "
+                             "default: the untrained learner.model")
+    parser.add_argument("--qa", required=True, metavar="FILE", help="QA file (path or data pack file name)")
+    parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    parser.add_argument("--limit", type=int, default=None, metavar="N", help="first N questions (default: all)")
+    parser.add_argument("--methods", default="direct,naive_rag,policy",
+                        help="comma-separated: direct, naive_rag, policy, untrained (default: %(default)s)")
+    args, cfg = parse_config(parser, argv)
+    from pipelines.evaluate import EvaluationError, evaluate, format_markdown
+
+    with user_errors():
+        try:
+            rows = evaluate(cfg, args.qa, args.out, checkpoint=args.checkpoint, limit=args.limit,
+                            methods=args.methods)
+        except EvaluationError as e:
+            print(f"error: {e}", file=sys.stderr)
+            raise SystemExit(2) from None
+    print(format_markdown(rows), end="", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

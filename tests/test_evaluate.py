@@ -1,0 +1,173 @@
+"""The evaluation pipeline: row math and Markdown (pure), checkpoint / argument errors before any
+actor starts, and one end-to-end CLI run through the real actors on the local Ray cluster."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import yaml
+
+from pipelines.evaluate import (
+    ALL,
+    EvaluationError,
+    QARecord,
+    compute_rows,
+    evaluate,
+    format_markdown,
+    parse_methods,
+    resolve_checkpoint,
+)
+
+ROW_KEYS = {"method", "dataset", "n", "em", "f1", "cover_em", "span_check", "gen_acc", "searches_per_question"}
+
+
+def _records() -> list[QARecord]:
+    return [
+        QARecord("s3", "nq", "Paris", ("Paris",), 2, True),
+        # F1: "city of paris" vs "paris" -> P 1/3, R 1 -> 0.5; covered, span found.
+        QARecord("s3", "hotpotqa", "the city of Paris", ("Paris",), 4, True),
+        # Wrong on every rule metric; the judge said yes (GenAcc = span_check OR judge).
+        QARecord("s3", "hotpotqa", "London", ("Paris", "Lyon"), 1, True),
+        QARecord("s3", "hotpotqa", None, ("x",), 0, False),  # no answer: scores 0
+        QARecord("direct", "nq", "paris.", ("Paris",), 0, True),
+    ]
+
+
+def test_compute_rows_hand_computed():
+    rows = compute_rows(_records())
+    assert [(r["method"], r["dataset"]) for r in rows] == [
+        ("s3", "hotpotqa"), ("s3", "nq"), ("s3", ALL), ("direct", "nq"), ("direct", ALL)]
+    assert all(set(r) == ROW_KEYS for r in rows)
+    hotpot, nq, s3_all, direct_nq, direct_all = rows
+    expect = {
+        "hotpot": (hotpot, 3, 0.0, 0.5 / 3, 1 / 3, 1 / 3, 2 / 3, 5 / 3),
+        "nq": (nq, 1, 1.0, 1.0, 1.0, 1.0, 1.0, 2.0),
+        # `all` = mean over the 4 questions (micro), e.g. EM 1/4, not the dataset mean (0 + 1) / 2.
+        "all": (s3_all, 4, 0.25, 0.375, 0.5, 0.5, 0.75, 1.75),
+        "direct": (direct_nq, 1, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0),
+    }
+    for name, (row, n, em, f1, cover, span, gen, searches) in expect.items():
+        got = (row["n"], row["em"], row["f1"], row["cover_em"], row["span_check"], row["gen_acc"],
+               row["searches_per_question"])
+        assert got == pytest.approx((n, em, f1, cover, span, gen, searches)), name
+    assert s3_all["em"] != pytest.approx((hotpot["em"] + nq["em"]) / 2)
+    assert {k: v for k, v in direct_all.items() if k != "dataset"} == {
+        k: v for k, v in direct_nq.items() if k != "dataset"}
+
+
+def test_format_markdown():
+    text = format_markdown(compute_rows(_records()), title="Eval")
+    lines = text.splitlines()
+    assert lines[:2] == ["# Eval", ""]
+    assert lines[2] == "| method | dataset | n | EM | F1 | cover-EM | span_check | GenAcc | searches/q |"
+    assert lines[3].startswith("| --- | --- | ---: |")
+    assert lines[4] == "| s3 | hotpotqa | 3 | 0.000 | 0.167 | 0.333 | 0.333 | 0.667 | 1.67 |"
+    assert lines[6] == ("| **s3** | **all** | **4** | **0.250** | **0.375** | **0.500** | **0.500** | **0.750** "
+                        "| **1.75** |")
+    assert len(lines) == 4 + 5 and text.endswith("|\n")
+    assert format_markdown([]).count("\n") == 2  # header only
+
+
+def test_parse_methods():
+    assert parse_methods("direct, policy,direct") == ["direct", "policy"]
+    with pytest.raises(EvaluationError, match="--methods.*unknown.*'rag'.*direct,naive_rag,policy,untrained"):
+        parse_methods("direct,rag")
+
+
+def _fake_model_dir(d):
+    d.mkdir(parents=True)
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        (d / name).write_text("{}")
+    return d
+
+
+def test_resolve_checkpoint_layouts(tmp_path):
+    hf = _fake_model_dir(tmp_path / "ckpt" / "policy" / "hf")
+    assert resolve_checkpoint(tmp_path / "ckpt") == str(hf.resolve())  # the learner's layout
+    assert resolve_checkpoint(hf) == str(hf.resolve())  # a model directory itself
+    (tmp_path / "broken" / "policy" / "hf").mkdir(parents=True)
+    with pytest.raises(EvaluationError, match=r"broken.*policy/hf: no config\.json, weights"):
+        resolve_checkpoint(tmp_path / "broken")
+
+
+def test_bad_checkpoint_fails_before_any_actor(tmp_path, monkeypatch, capsys):
+    import actors.retrieval
+    import cluster.ray_init
+    from configs import load_config
+    from scripts.evaluate import main
+
+    def no_actors(*a, **k):
+        raise AssertionError("an actor or Ray was started before the checkpoint was checked")
+
+    monkeypatch.setattr(cluster.ray_init, "init_ray", no_actors)
+    monkeypatch.setattr(actors.retrieval, "start_retrieval_pool", no_actors)
+    missing = tmp_path / "no-such-ckpt"
+    cfg = load_config(None, [])
+    with pytest.raises(EvaluationError, match=f"--checkpoint {missing}: does not exist"):
+        evaluate(cfg, "dev.jsonl.gz", tmp_path / "out", checkpoint=missing, limit=1)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--checkpoint", str(missing), "--qa", "dev.jsonl.gz", "--out", str(tmp_path / "out")])
+    assert exit_info.value.code == 2
+    assert f"error: --checkpoint {missing}: does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_evaluate_end_to_end_through_the_actors(ray_local, small_index, data_dir, gemma_dir, tmp_path, capsys):
+    """`scripts.evaluate` on the first 3 dev questions: direct + naive_rag + policy (s3, max_turns 2).
+
+    Engines: the "hf" (transformers) backend everywhere, for start-up in seconds on 2 cores. The
+    policy is a tiny random Gemma 3 written in the learner's checkpoint layout (`<ckpt>/policy/hf`);
+    the generator and judge are another tiny random Gemma 3 (real tokenizer). Retrieval: the real
+    RetrievalPool over the 2-shard `small_index`, on the session's Ray cluster (joined, not shut down).
+    """
+    from actors.models import make_tiny_model
+    from scripts.evaluate import main
+
+    ckpt = tmp_path / "ckpt"
+    make_tiny_model("gemma3", ckpt / "policy" / "hf", tokenizer_from=gemma_dir, seed=0)
+    frozen = make_tiny_model("gemma3", tmp_path / "frozen", tokenizer_from=gemma_dir, seed=1)
+    out = tmp_path / "eval"
+    config = tmp_path / "eval.yaml"  # recipe_options is a dict: a config file, not a key=value override
+    config.write_text(yaml.safe_dump({
+        "data": {"dir": str(data_dir)},
+        "index": {"dir": str(small_index), "num_shards": 2},
+        "retrieval": {"query_encoders": 1},
+        "rollout": {"backend": "hf", "max_model_len": 2048, "max_total_tokens": 2000, "max_new_tokens_per_turn": 16,
+                    "cpus_per_worker": 0.5},
+        "frozen": {"backend": "hf", "model": frozen, "max_model_len": 2048, "max_answer_tokens": 8, "num_cpus": 0.5},
+        "train": {"recipe": "s3", "recipe_options": {"max_turns": 2}},
+    }))
+    code = main(["--config", str(config), "--checkpoint", str(ckpt), "--qa", str(data_dir / "dev.jsonl.gz"),
+                 "--out", str(out), "--limit", "3", "--methods", "direct,naive_rag,policy"])
+    assert code == 0
+    assert ray_local.is_initialized()  # a running cluster is joined and left running
+
+    rows = json.loads((out / "results.json").read_text())
+    assert [r["method"] for r in rows if r["dataset"] == ALL] == ["direct", "naive_rag", "policy"]
+    for r in rows:
+        assert set(r) == ROW_KEYS
+        for m in ("em", "f1", "cover_em", "span_check", "gen_acc"):
+            assert 0.0 <= r[m] <= 1.0 and not math.isnan(r[m])
+        assert r["span_check"] <= r["gen_acc"]  # GenAcc = span_check OR judge
+    for method in ("direct", "naive_rag", "policy"):
+        mine = [r for r in rows if r["method"] == method]
+        assert mine[-1]["dataset"] == ALL and mine[-1]["n"] == 3
+        assert sum(r["n"] for r in mine[:-1]) == 3
+    searches = {r["method"]: r["searches_per_question"] for r in rows if r["dataset"] == ALL}
+    assert searches["direct"] == 0.0 and searches["naive_rag"] == 1.0
+    assert 1.0 <= searches["policy"] <= 3.0  # s3: the initial top-k + at most max_turns searches
+
+    preds = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert len(preds) == 9
+    s3_preds = [p for p in preds if p["method"] == "policy"]
+    assert all(p["recipe"] == "s3" and isinstance(p["answer"], str) for p in s3_preds)  # the generator's answers
+    assert any(p["context"].startswith("Doc 1(Title:") for p in s3_preds)  # the searcher's selected documents
+
+    md = (out / "results.md").read_text()
+    assert md.startswith("# Evaluation on dev.jsonl.gz (3 questions): recipe s3")
+    table = format_markdown(rows)
+    assert md.endswith("\n\n" + table) and "| **policy** | **all** | **3** |" in table
+    assert table in capsys.readouterr().out  # the CLI prints the table
