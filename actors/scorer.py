@@ -19,6 +19,9 @@ from recipes.base import ANSWER_PROMPT
 from recipes.metrics import judge_prompt, parse_judge
 
 
+TAIL_TOKENS = 160  # kept from the end of an over-long prompt: the question and the answer cue
+
+
 class FrozenLLM:
     """A frozen model answering prompts greedily.
 
@@ -44,12 +47,21 @@ class FrozenLLM:
         self._inflight: dict[tuple[str, str], asyncio.Future] = {}  # concurrent identical prompts share one generation
 
     def render(self, prompt: str) -> list[int]:
-        """Token ids of the prompt as this model reads it."""
+        """Token ids of the prompt as this model reads it, cut in the middle to fit the engine's
+        context (`max_model_len` − answer tokens): the instructions at the start and the question
+        with the answer cue at the end stay; the documents in between lose their tail."""
         tok = self.engine.tokenizer
         if self.chat:
-            return list(tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=True,
-                                                add_generation_prompt=True, return_dict=False))
-        return list(tok.encode(prompt + "\nAnswer:", add_special_tokens=True))
+            ids = list(tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=True,
+                                               add_generation_prompt=True, return_dict=False))
+        else:
+            ids = list(tok.encode(prompt + "\nAnswer:", add_special_tokens=True))
+        limit = (getattr(self.engine, "max_model_len", None) or 0) - self.sampling.max_tokens
+        if 0 < limit < len(ids):
+            tail = min(TAIL_TOKENS, limit // 2)
+            ids = ids[: limit - tail] + ids[-tail:]
+            self.stats["truncated"] = self.stats.get("truncated", 0) + 1
+        return ids
 
     async def complete(self, prompt: str) -> str:
         """The model's greedy answer to `prompt` (stripped), from the cache when seen before."""

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The main job: build/refresh .venv, build the sharded index over the data pack's corpus (resumes,
-# skips when done), then search it (scripts.search_demo). Extra arguments are config overrides.
+# The main job: build/refresh .venv, index the data pack's corpus (once; resumes), train the s3 searcher on
+# the embedded CPU default (configs/s3_cpu.yaml), evaluate it against naive RAG and direct inference on the
+# test split, and print where the results are (scripts.main). Extra arguments go to scripts.main
+# (--config FILE, --eval-limit N, key=value overrides).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export SEARCHRL_DATA="${SEARCHRL_DATA:-$(cd .. && pwd)/shared/data}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false RAY_USAGE_STATS_ENABLED=0
-exec .venv/bin/python -m scripts.search_demo "$@"
+exec .venv/bin/python -m scripts.main "$@"

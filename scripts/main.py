@@ -1,0 +1,80 @@
+"""The main job: index the corpus (once), train a searcher, evaluate it against the baselines.
+
+    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.main [--config configs/s3_cpu.yaml] [--eval-limit 64] [key=value ...]
+
+1. builds the configured index over the pack's corpus unless it is complete (resumes a broken build);
+2. trains `train.recipe` (`pipelines.train`): by default the s3 searcher with the Gemma 3 270M base
+   model as policy and as frozen generator/judge, MiniLM retrieval over the 52k-passage corpus, and
+   questions of the pack's train split;
+3. evaluates the final checkpoint against naive RAG and direct inference on the first `--eval-limit`
+   questions of the test split (`pipelines.evaluate`);
+4. prints where the run directory, reward curves, wandb run and results table are.
+Starts and stops its own local Ray cluster (unless `ray.address` / RAY_ADDRESS names one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from scripts.cli import parse_config, user_errors
+
+DEFAULT_CONFIG = "configs/s3_cpu.yaml"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m scripts.main", description=__doc__.splitlines()[0])
+    parser.add_argument("--eval-limit", type=int, default=64, help="test questions to evaluate on (count)")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--config" not in argv:
+        argv = ["--config", DEFAULT_CONFIG, *argv]
+    args, cfg = parse_config(parser, argv)
+    import ray
+
+    from cluster.ray_init import init_ray
+    from cluster.roles import ResourceFitError
+    from pipelines.build_index import build_index
+    from pipelines.evaluate import evaluate, format_markdown
+    from pipelines.tracking import REWARD_CURVE
+    from pipelines.train import TrainConfigError, last_checkpoint, train, validate
+
+    t0 = time.perf_counter()
+    started = init_ray(cfg.ray)
+    try:
+        with user_errors():
+            manifest = build_index(cfg)
+            print(f"index ready: {cfg.index.dir} ({manifest.num_docs} passages) after {time.perf_counter() - t0:.0f} s",
+                  flush=True)
+            try:
+                validate(cfg)
+                t1 = time.perf_counter()
+                run_dir = train(cfg)
+            except (TrainConfigError, ResourceFitError) as e:
+                print(f"error: {e}", file=sys.stderr)
+                return 2
+            train_s = time.perf_counter() - t1
+            checkpoint = last_checkpoint(run_dir)
+            t2 = time.perf_counter()
+            rows = evaluate(cfg, cfg.data.test, run_dir / "eval", checkpoint=checkpoint, limit=args.eval_limit)
+            eval_s = time.perf_counter() - t2
+    finally:
+        if started:
+            ray.shutdown()
+    wandb_dirs = sorted((run_dir / "wandb").glob("offline-run-*"))
+    print()
+    print(format_markdown(rows))
+    print(f"\nrun directory: {run_dir}")
+    print(f"reward curves: {run_dir / REWARD_CURVE}")
+    print(f"metrics: {run_dir / 'metrics.jsonl'}")
+    if wandb_dirs:
+        print(f"wandb (offline): {wandb_dirs[-1]}  (upload: .venv/bin/wandb sync {wandb_dirs[-1]})")
+    print(f"results: {run_dir / 'eval' / 'results.md'}")
+    print(f"time: training {train_s / 60:.1f} min, evaluation {eval_s / 60:.1f} min, "
+          f"total {(time.perf_counter() - t0) / 60:.1f} min")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
