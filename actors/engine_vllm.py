@@ -414,6 +414,15 @@ class VLLMEngine:
                 raise RuntimeError("vLLM could not reset its prefix cache after a weight update")
             self.weight_version = int(version)
 
+    async def reset_prefix_cache(self) -> None:
+        """Drop every cached KV block (benchmarks: a repeated run must not be served from the cache).
+
+        Raises:
+            RuntimeError: vLLM refused (requests were running).
+        """
+        if not await self._engine.reset_prefix_cache():
+            raise RuntimeError("vLLM could not reset its prefix cache (requests are running)")
+
     async def shutdown(self) -> None:
         """Stop the engine core and worker processes and free their /dev/shm segments. Idempotent."""
         if self._closed:

@@ -11,8 +11,9 @@ split) and retrieval pool (the built index of the config), measured in one run:
   and is cut after the closing tag afterwards (Search-R1's `_postprocess_responses`);
 - sync_barrier (reported beside it): the barrier alone, with the engine's stop strings; the
   speedup over it is what asynchrony alone buys.
-Runs go in ABCCBA order against drift, each with its own sampling seed (so vLLM's prefix cache
-cannot serve one run from another). `tokens_after_stop` counts tokens the async run generated after
+Runs go in ABCCBA order against drift. Sampling is seeded per (question, sample, turn), so every
+run samples the same tokens (same work: only the scheduling differs; `same_trajectories` reports
+whether the runs' responses were identical) and the prefix cache is emptied before each run. `tokens_after_stop` counts tokens the async run generated after
 the token that completed a stop string (0 = nothing wasted). Writes JSON (--out) and ends with:
 `rollout: async_eps_per_s=<x> sync_eps_per_s=<y> speedup=<x/y> tokens_after_stop=<n>`.
 """
@@ -46,9 +47,12 @@ def tokens_after_stop(tokenizer, traj, stops: tuple[str, ...]) -> int:
     return extra
 
 
-async def measure(loop, examples, mode: str, seed: int) -> tuple[float, list]:
-    # A fresh seed per run: identical samples would let vLLM's prefix cache serve the later run.
-    loop.sampling = replace(loop.sampling, seed=seed)
+async def measure(loop, examples, mode: str) -> tuple[float, list]:
+    # Same seed in every run (sampling is seeded per question, sample and turn), so every mode samples
+    # the same tokens and does the same work; the prefix cache is emptied so no run is served from
+    # an earlier one.
+    if hasattr(loop.engine, "reset_prefix_cache"):
+        await loop.engine.reset_prefix_cache()
     t = time.perf_counter()
     if mode == "async":
         trajs = await loop.run_batch(examples)
@@ -77,8 +81,8 @@ async def bench(cfg, args) -> dict:
         results = {}
         order = ("sync", "sync_barrier", "async", "async", "sync_barrier", "sync")
         runs: dict[str, list[dict]] = {}
-        for seed, mode in enumerate(order, 100):
-            seconds, trajs = await measure(loop, examples, mode, seed)
+        for mode in order:
+            seconds, trajs = await measure(loop, examples, mode)
             run = {
                 "seconds": seconds,
                 "episodes_per_s": len(trajs) / seconds,
@@ -86,6 +90,7 @@ async def bench(cfg, args) -> dict:
                 "wasted_tokens": sum(int(t.timings.get("wasted_tokens", 0)) for t in trajs),
                 "turns_per_episode": sum(len(t.turns) for t in trajs) / len(trajs),
                 "turn_tokens": [tr.generated_tokens for t in trajs for tr in t.turns],
+                "responses": [t.response_ids for t in trajs],
             }
             if mode == "async":
                 run["tokens_after_stop"] = sum(
@@ -98,9 +103,14 @@ async def bench(cfg, args) -> dict:
     finally:
         await engine.shutdown()
     eps = {mode: sum(r["episodes_per_s"] for r in rs) / len(rs) for mode, rs in runs.items()}
+    responses = {json.dumps(r["responses"]) for rs in runs.values() for r in rs}
+    for rs in runs.values():
+        for r in rs:
+            del r["responses"]
     return {"async_eps_per_s": eps["async"], "sync_eps_per_s": eps["sync"], "speedup": eps["async"] / eps["sync"],
             "sync_barrier_eps_per_s": eps["sync_barrier"], "speedup_over_barrier": eps["async"] / eps["sync_barrier"],
             "tokens_after_stop": sum(r["tokens_after_stop"] for r in runs["async"]),
+            "same_trajectories": len(responses) == 1,
             "questions": len(examples), "recipe": args.recipe, "max_new_tokens": args.max_new_tokens, "runs": runs}
 
 
@@ -127,7 +137,8 @@ def main(argv: list[str] | None = None) -> None:
                 ray.shutdown()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
-    print(f"async vs barrier only (stop strings in both): {result['speedup_over_barrier']:.2f}x")
+    print(f"async vs barrier only (stop strings in both): {result['speedup_over_barrier']:.2f}x; "
+          f"identical trajectories in every run: {result['same_trajectories']}")
     print(f"rollout: async_eps_per_s={result['async_eps_per_s']:.4f} sync_eps_per_s={result['sync_eps_per_s']:.4f} "
           f"speedup={result['speedup']:.2f} tokens_after_stop={result['tokens_after_stop']}")
 

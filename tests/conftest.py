@@ -68,3 +68,13 @@ def gemma_tokenizer(gemma_dir):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(gemma_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_gemma_dir(tmp_path_factory, gemma_dir) -> str:
+    """A tiny random Gemma 3 (fp32 weights, seed 0) with the real Gemma tokenizer: a policy for fast
+    learner and pipeline tests."""
+    from actors.models import make_tiny_model
+
+    return make_tiny_model("gemma3", tmp_path_factory.mktemp("tiny-gemma") / "fp32", tokenizer_from=gemma_dir,
+                           seed=0, dtype="float32")

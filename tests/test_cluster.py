@@ -440,3 +440,39 @@ def test_submit_cluster_check_to_a_local_head(tmp_path):
         leftovers = head.stop()
     assert leftovers == [], f"processes of the test cluster still running: {leftovers}"
     assert not head.temp_dir.exists()
+
+
+@pytest.mark.slow
+def test_submit_a_short_training_job(tmp_path, small_index, tiny_gemma_dir):
+    """`ray job submit` of scripts.train to a local head (2 CPUs): one GRPO step of R1-Searcher stage 1
+    (tiny Gemma 3 policy, transformers backend, the real pool over the pack) leaves metrics and a
+    checkpoint in the run directory."""
+    train_overrides = [
+        f"index.dir={small_index}", "index.num_shards=2", f"learner.model={tiny_gemma_dir}",
+        "rollout.backend=hf", "learner.lr=0.001", "train.questions_per_step=2", "rollout.samples_per_prompt=2",
+        "learner.mini_batch_size=4", "learner.micro_batch_size=2", "rollout.max_new_tokens_per_turn=16",
+        "rollout.max_total_tokens=1024", "rollout.cpus_per_worker=0.25", "learner.cpus_per_rank=0.5",
+        "retrieval.query_encoders=1", "train.eval_questions=0", "train.wandb.mode=offline", "ray.num_cpus=null",
+        'train.stages=[{"steps": 1, "recipe_options": {"stage": 1}}]',
+    ]
+    config = REPO / "configs" / "r1_searcher_cpu.yaml"
+    cfg = load_config(config, [*train_overrides, f"run_dir={tmp_path / 'runs'}"])
+    head = LocalHead(num_cpus=2)
+    leftovers = None
+    try:
+        head.start()
+        entry = build_entrypoint("scripts.train", config, [*train_overrides, "--no-progress",
+                                                           *absolute_path_overrides(cfg)])
+        logs = io.StringIO()
+        result = submit_job(head.dashboard_url, entry, job_runtime_env(REPO, cfg), token_file=head.token_file,
+                            out=logs, timeout_s=900)
+        assert result.status == "SUCCEEDED", logs.getvalue()[-4000:]
+        (run_dir,) = (tmp_path / "runs").iterdir()
+        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in rows] == [1] and "actor/policy_loss" in rows[0]
+        assert (run_dir / "checkpoints" / "step-1" / "trainer_state.json").is_file()
+        assert (run_dir / "checkpoints" / "step-1" / "policy" / "hf" / "model.safetensors").is_file()
+        assert f"run directory: {run_dir}" in logs.getvalue()
+    finally:
+        leftovers = head.stop()
+    assert leftovers == [], f"processes of the test cluster still running: {leftovers}"

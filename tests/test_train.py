@@ -66,26 +66,18 @@ def test_tracker_writes_jsonl_and_plots(tmp_path):
     assert [r["step"] for r in rows] == [1, 2, 3] and rows[-1]["rollout/reward_mean"] == 0.9
 
 
-@pytest.fixture(scope="module")
-def tiny_policy(tmp_path_factory, gemma_dir) -> str:
-    from actors.models import make_tiny_model
-
-    return make_tiny_model("gemma3", tmp_path_factory.mktemp("train-tiny") / "policy", tokenizer_from=gemma_dir,
-                           seed=0, dtype="float32")
-
-
 def _group_ids(path) -> list[str]:
     with gzip.open(path, "rt") as f:
         return [json.loads(line)["group_id"] for line in f]
 
 
 @pytest.mark.slow
-def test_two_steps_checkpoint_and_resume(ray_local, small_index, tiny_policy, tmp_path):
+def test_two_steps_checkpoint_and_resume(ray_local, small_index, tiny_gemma_dir, tmp_path):
     from pipelines.train import last_checkpoint, train
 
     cfg = cfg_with(
-        f"index.dir={small_index}", "index.num_shards=2", f"run_dir={tmp_path}", f"learner.model={tiny_policy}",
-        f"frozen.model={tiny_policy}", "rollout.backend=hf", "frozen.backend=hf", "learner.lr=0.001",
+        f"index.dir={small_index}", "index.num_shards=2", f"run_dir={tmp_path}", f"learner.model={tiny_gemma_dir}",
+        f"frozen.model={tiny_gemma_dir}", "rollout.backend=hf", "frozen.backend=hf", "learner.lr=0.001",
         "train.questions_per_step=2", "rollout.samples_per_prompt=2", "learner.mini_batch_size=4",
         "learner.micro_batch_size=2", "rollout.max_new_tokens_per_turn=16", "rollout.max_total_tokens=1024",
         "rollout.cpus_per_worker=0.25", "frozen.num_cpus=0.25", "learner.cpus_per_rank=0.5",
