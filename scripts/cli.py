@@ -16,7 +16,7 @@ def parse_config(parser: argparse.ArgumentParser, argv: list[str] | None = None)
     Exits with status 2 and an `error:` line naming the dotted key when the config is invalid.
     """
     add_config_args(parser, default_config=str(DEFAULT_CONFIG))
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # flags may follow key=value overrides
     try:
         return args, config_from_args(args)
     except ConfigError as e:

@@ -1,6 +1,6 @@
 """Run every recipe's episodes with a policy on real questions against the real retrieval pool.
 
-    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.rollout_demo [--questions 16] [--recipes s3,search_r1] [key=value ...]
+    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.rollout_demo [--questions 16] [--recipes s3,search_r1] ray.num_cpus=8 [key=value ...]
 
 Starts the RetrievalPool over the config's index, one RolloutWorker actor (policy on vLLM) and one
 FrozenLLM actor (s3 generator / judge, R-Search verifier: the same base model, frozen), runs
@@ -56,6 +56,12 @@ def main(argv: list[str] | None = None) -> None:
         started = init_ray(cfg.ray)
         workers = []
         try:
+            r = cfg.retrieval
+            need = r.pool_cpus + cfg.index.num_shards * r.shard_cpus + r.query_encoders * r.encoder_cpus + 1.0
+            have = ray.cluster_resources().get("CPU", 0)
+            if need > have:  # the actors would wait for CPUs forever
+                raise SystemExit(f"error: the demo's actors need {need:g} logical CPUs, the Ray cluster has {have:g}; "
+                                 f"start a bigger local cluster with ray.num_cpus=8 (they share the cores)")
             pool = start_retrieval_pool(cfg.index.dir, cfg.retrieval)
             spec = {"backend": args.backend, "model": args.model, "max_model_len": 4096}
             frozen = remote_frozen_llm(num_cpus=0.5).remote(spec, chat=False)
