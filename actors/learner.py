@@ -89,6 +89,8 @@ class _DeepSpeedRank:
         if not 0 <= rank < world_size:
             raise ValueError(f"{self.role}: rank must be in [0, world_size), got rank={rank}, world_size={world_size}")
         self.rank, self.world_size = rank, world_size
+        if self.config.torch_threads:  # Ray sets OMP_NUM_THREADS to the reserved CPUs (1 for fractions)
+            torch.set_num_threads(self.config.torch_threads)
         self.engine = None
         self.updates = 0  # optimizer-step calls of `update` (RNG stream per update)
         self._master: tuple[str, int] | None = None
@@ -489,6 +491,8 @@ class ReferenceModel:
         from actors.models import resolve_model
 
         self.config = config if isinstance(config, LearnerConfig) else LearnerConfig(**dict(config))
+        if self.config.torch_threads:
+            torch.set_num_threads(self.config.torch_threads)
         self.device = torch.device("cuda" if self.config.gpus_per_rank > 0 and torch.cuda.is_available() else "cpu")
         path = resolve_model(self.config.reference_model or self.config.model)
         lm = AutoModelForCausalLM.from_pretrained(path, dtype=_torch_dtype(self.config.dtype)).to(self.device).eval()

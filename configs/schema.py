@@ -214,6 +214,9 @@ class LearnerConfig(StrictModel):
     num_ranks: int = Field(1, gt=0, description="Data-parallel ranks (Ray actors) per learner.")
     cpus_per_rank: float = Field(1.0, ge=0, description="CPUs reserved per rank.")
     gpus_per_rank: float = Field(0.0, ge=0, description="GPUs per rank (0 = CPU training).")
+    torch_threads: int | None = Field(
+        None, gt=0, description="torch intra-op threads per rank (CPU training); None = Ray's default, 1 per reserved CPU."
+    )
     dist_backend: Literal["auto", "gloo", "nccl"] = Field("auto", description="torch.distributed backend; auto = nccl on GPU, gloo on CPU.")
     sync_dtype: Literal["bf16", "fp32", "model"] = Field(
         "bf16", description="dtype of the weights sent to rollout engines ('model' = as trained)."

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 from pathlib import Path
 
@@ -52,7 +53,10 @@ def bench_ranks(cfg, ranks: int, batch, steps: int, rollout_worker) -> dict:
     from actors.learner_group import LearnerGroup
     from algorithms import AlgorithmConfig, grpo_advantages
 
-    learner = cfg.learner.model_copy(update={"num_ranks": ranks, "mini_batch_size": batch.size})
+    update = {"num_ranks": ranks, "mini_batch_size": batch.size}
+    if cfg.learner.torch_threads is None and cfg.learner.gpus_per_rank == 0:  # share the machine's cores
+        update["torch_threads"] = max(1, (os.cpu_count() or 1) // ranks)
+    learner = cfg.learner.model_copy(update=update)
     group = LearnerGroup("policy", learner)
     try:
         rewards = torch.tensor([float(i % 2) for i in range(batch.size)])
@@ -70,7 +74,7 @@ def bench_ranks(cfg, ranks: int, batch, steps: int, rollout_worker) -> dict:
         tokens = timed[0]["tokens"]
         peak = ray.get([a.peak_memory_bytes.remote() for a in group.actors])
         sync = group.sync_weights([rollout_worker], version=ranks) if rollout_worker is not None else {}
-        return {"ranks": ranks, "update_s": update_s, "policy_tokens": tokens, "tokens_per_s": tokens / update_s,
+        return {"ranks": ranks, "torch_threads": learner.torch_threads, "update_s": update_s, "policy_tokens": tokens, "tokens_per_s": tokens / update_s,
                 "peak_memory_bytes_per_rank": peak, "sync": sync, "steps": runs}
     finally:
         group.shutdown()
@@ -115,6 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     sync_s = [r["sync"]["sync_s"] for r in results if r["sync"]]
     summary = {
         "model": cfg.learner.model, "zero_stage": cfg.learner.zero_stage, "dtype": cfg.learner.dtype,
+        "torch_threads_per_rank": {r["ranks"]: r["torch_threads"] for r in results},
         "seqs": batch.size, "prompt_tokens_padded": batch.prompt_len, "response_tokens": batch.response_len,
         "results": results, "sync_s": sum(sync_s) / len(sync_s) if sync_s else None,
     }
