@@ -41,7 +41,7 @@ def test_stages_schedule_recipe_options():
 @pytest.mark.parametrize("overrides, match", [
     (["train.recipe=naive_rag"], "train.recipe must be one of"),
     (["train.questions_per_step=3"], "learner.mini_batch_size"),
-    (["rollout.samples_per_prompt=1", "learner.mini_batch_size=4"], "samples_per_prompt >= 2"),
+    (["rollout.samples_per_prompt=1", "learner.mini_batch_size=2"], "samples_per_prompt >= 2"),
     (["index.dir=/nonexistent/index"], "index.dir"),
     (["train.recipe_options.max_turns=-1"], "recipe_options"),
 ])
