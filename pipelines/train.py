@@ -315,6 +315,9 @@ class Trainer:
         for handle in self.workers + self.frozen + [self.reference, self.pool]:
             if handle is not None:
                 ray.kill(handle)
+        from actors.shm import sweep_stale_shm
+
+        sweep_stale_shm()  # what a killed engine or rank left in /dev/shm
 
 
 def save_rollouts(path: Path, trajs: Sequence[dict]) -> None:

@@ -37,6 +37,9 @@ def ray_local():
         serve.shutdown()
     finally:
         ray.shutdown()
+        from actors.shm import sweep_stale_shm
+
+        sweep_stale_shm(min_age_s=0)  # segments of engines killed with their actors
 
 
 @pytest.fixture(scope="session")

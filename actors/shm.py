@@ -1,0 +1,51 @@
+"""Remove shared-memory files that vLLM and DeepSpeed leave in /dev/shm when a process dies without
+shutting down (killed, out of memory): vLLM's message-queue segments (`psm_*`, 160-250 MB each) and
+DeepSpeed's CPU all-reduce buffers (`deepspeed_allreduce_buffer_*`, 66 MB each). A clean shutdown
+removes them itself; this sweeps what a crash left."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+PATTERNS = ("psm_*", "deepspeed_allreduce_buffer_*")
+
+
+def mapped_shm_files(shm_dir: str = "/dev/shm") -> set[str]:
+    """Paths under `shm_dir` some live process maps or holds open (readable /proc entries only)."""
+    prefix = str(Path(shm_dir)) + "/"
+    used: set[str] = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            for line in (proc / "maps").read_text().splitlines():
+                path = line.split(None, 5)[-1] if line.count(" ") >= 5 else ""
+                if path.startswith(prefix):
+                    used.add(path.removesuffix(" (deleted)"))
+            for fd in (proc / "fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith(prefix):
+                    used.add(target)
+        except OSError:
+            continue
+    return used
+
+
+def sweep_stale_shm(min_age_s: float = 60.0, shm_dir: str = "/dev/shm") -> list[str]:
+    """Delete this user's vLLM / DeepSpeed shared-memory files that no live process maps or holds
+    open and that are older than `min_age_s` seconds (a starting engine may not have mapped its
+    segment yet). Returns the removed paths."""
+    used, now, removed = mapped_shm_files(shm_dir), time.time(), []
+    for pattern in PATTERNS:
+        for f in Path(shm_dir).glob(pattern):
+            try:
+                st = f.stat()
+                if st.st_uid != os.getuid() or str(f) in used or now - st.st_mtime < min_age_s:
+                    continue
+                f.unlink()
+                removed.append(str(f))
+            except OSError:
+                continue
+    return removed
