@@ -81,3 +81,13 @@ def tiny_gemma_dir(tmp_path_factory, gemma_dir) -> str:
 
     return make_tiny_model("gemma3", tmp_path_factory.mktemp("tiny-gemma") / "fp32", tokenizer_from=gemma_dir,
                            seed=0, dtype="float32")
+
+
+@pytest.fixture(scope="session")
+def tiny_dirs(tmp_path_factory, gemma_dir) -> tuple[str, str]:
+    """Two tiny Gemma 3 models (bf16, seeds 0 and 1) with the real Gemma tokenizer: weight-update tests."""
+    from actors.models import make_tiny_model
+
+    root = tmp_path_factory.mktemp("tiny")
+    return (make_tiny_model("gemma3", root / "a", tokenizer_from=gemma_dir, seed=0),
+            make_tiny_model("gemma3", root / "b", tokenizer_from=gemma_dir, seed=1))

@@ -36,20 +36,6 @@ def loop():
 
 
 @pytest.fixture(scope="session")
-def gemma_dir() -> str:
-    """The converted Gemma 3 270M (default cache; converted once, ≈ 70 s, then instant)."""
-    return resolve_model(GEMMA3_270M)
-
-
-@pytest.fixture(scope="session")
-def tiny_dirs(tmp_path_factory, gemma_dir) -> tuple[str, str]:
-    """Two tiny Gemma 3 models (seeds 0 and 1) with the real Gemma tokenizer."""
-    root = tmp_path_factory.mktemp("tiny")
-    return (make_tiny_model("gemma3", root / "a", tokenizer_from=gemma_dir, seed=0),
-            make_tiny_model("gemma3", root / "b", tokenizer_from=gemma_dir, seed=1))
-
-
-@pytest.fixture(scope="session")
 def hf_tiny(tiny_dirs, loop):
     eng = HFEngine(tiny_dirs[0])
     yield eng

@@ -11,29 +11,21 @@ import json
 import pytest
 from safetensors.torch import load_file
 
-from actors.models import make_tiny_model
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def tiny_pair(tmp_path_factory, gemma_dir) -> tuple[str, str]:
-    root = tmp_path_factory.mktemp("tiny-actors")
-    return (make_tiny_model("gemma3", root / "a", tokenizer_from=gemma_dir, seed=0),
-            make_tiny_model("gemma3", root / "b", tokenizer_from=gemma_dir, seed=1))
-
-
-@pytest.fixture(scope="module")
-def actors(ray_local, small_index, tiny_pair):
+def actors(ray_local, small_index, tiny_dirs):
     """(rollout worker, frozen LLM, pool); engines are shut down before the actors are killed."""
     from actors.retrieval import start_retrieval_pool
     from actors.rollout import remote_frozen_llm, remote_rollout_worker
     from configs.schema import RetrievalConfig
 
     pool = start_retrieval_pool(small_index, RetrievalConfig(topk=3, query_encoders=1))
-    frozen = remote_frozen_llm(num_cpus=0.5).remote({"backend": "hf", "model": tiny_pair[0]}, chat=False)
+    frozen = remote_frozen_llm(num_cpus=0.5).remote({"backend": "hf", "model": tiny_dirs[0]}, chat=False)
     worker = remote_rollout_worker(num_cpus=0.5).remote(
-        {"backend": "vllm", "model": tiny_pair[0], "max_model_len": 2048, "cpu_kv_cache_gib": 0.25},
+        {"backend": "vllm", "model": tiny_dirs[0], "max_model_len": 2048, "cpu_kv_cache_gib": 0.25},
         pool, generator=frozen, judge=frozen,
     )
     ray_local.get([worker.ready.remote(), frozen.ready.remote()], timeout=600)
@@ -81,7 +73,7 @@ def test_s3_episodes_through_the_actors(ray_local, actors, data_dir, gemma_token
     assert stats["generated"] >= 2 and stats["cache_hits"] >= 1  # the RAG baseline: once per question
 
 
-def test_update_weights_through_ray_changes_generation(ray_local, actors, data_dir, tiny_pair):
+def test_update_weights_through_ray_changes_generation(ray_local, actors, data_dir, tiny_dirs):
     worker, _, _ = actors
     examples = _questions(data_dir, 1)
     kwargs = dict(sampling={"temperature": 0.0}, limits={"max_new_tokens_per_turn": 12, "max_total_tokens": 1500},
@@ -93,7 +85,7 @@ def test_update_weights_through_ray_changes_generation(ray_local, actors, data_d
         return t["response_ids"][:n], t["weight_version"]
 
     before, v0 = first_turn()
-    state = load_file(f"{tiny_pair[1]}/model.safetensors")
+    state = load_file(f"{tiny_dirs[1]}/model.safetensors")
     assert ray_local.get(worker.update_weights.remote(list(state.items()), 1), timeout=300) == 1
     after, v1 = first_turn()
     assert (v0, v1) == (0, 1)

@@ -42,20 +42,26 @@ def test_frozen_llm_caches_and_judges(gemma_tokenizer):
     assert text == ANSWER_PROMPT.format(question="Who?", context="Passage about Zorblax Rising novel author") + "\nAnswer:"
 
 
-def test_s3_rewards_inside_the_agent_loop_use_the_frozen_llm(gemma_tokenizer):
-    """The s3 reward calls the frozen generator from a worker thread while the loop keeps running."""
-    s3_turns = {Q1: ['<query>{"query": "Zorblax Rising novel author"}</query>',
-                     "<important_info>[1]</important_info><search_complete>True</search_complete>"]}
+S3_TURNS = {Q1: ['<query>{"query": "Zorblax Rising novel author"}</query>',
+                 "<important_info>[1]</important_info><search_complete>True</search_complete>"]}
+
+
+def run_s3(gemma_tokenizer, example, n):
+    """Scripted s3 episodes whose rewards call a scripted frozen generator through ThreadScorer."""
 
     async def go():
         frozen = FrozenLLM(ScriptedEngine(gemma_tokenizer, answering_policy), "scripted", chat=False)
         scorer = ThreadScorer(asyncio.get_running_loop(), frozen)
-        policy = ScriptedEngine(gemma_tokenizer, turn_policy(s3_turns))
+        policy = ScriptedEngine(gemma_tokenizer, turn_policy(S3_TURNS))
         loop = AgentLoop(policy, get_recipe("s3"), make_searcher(), Sampling(), chat=False, scorer=scorer)
-        trajs = await loop.run_batch([ex("1", Q1, ["Mira Tolven"])], n=3)
-        return trajs, frozen
+        return await loop.run_batch([example], n=n), frozen
 
-    trajs, frozen = asyncio.run(go())
+    return asyncio.run(go())
+
+
+def test_s3_rewards_inside_the_agent_loop_use_the_frozen_llm(gemma_tokenizer):
+    """The s3 reward calls the frozen generator from a worker thread while the loop keeps running."""
+    trajs, frozen = run_s3(gemma_tokenizer, ex("1", Q1, ["Mira Tolven"]), n=3)
     for t in trajs:
         assert t.reward == 1.0 and t.reward_components["gen_acc_rag"] == 0.0
         assert t.final["answer"] == "Mira Tolven"
@@ -66,18 +72,8 @@ def test_s3_rewards_inside_the_agent_loop_use_the_frozen_llm(gemma_tokenizer):
 
 def test_precomputed_rag_baseline_in_question_meta_is_used(gemma_tokenizer):
     """A training set prepared with `meta.rag_gen_acc` (s3 §4.1) reaches the reward: no RAG generation."""
-    s3_turns = {Q1: ['<query>{"query": "Zorblax Rising novel author"}</query>',
-                     "<important_info>[1]</important_info><search_complete>True</search_complete>"]}
-
-    async def go():
-        frozen = FrozenLLM(ScriptedEngine(gemma_tokenizer, answering_policy), "scripted", chat=False)
-        scorer = ThreadScorer(asyncio.get_running_loop(), frozen)
-        policy = ScriptedEngine(gemma_tokenizer, turn_policy(s3_turns))
-        loop = AgentLoop(policy, get_recipe("s3"), make_searcher(), Sampling(), chat=False, scorer=scorer)
-        example = {**ex("1", Q1, ["Mira Tolven"]), "meta": {"rag_gen_acc": 1.0}}
-        return await loop.run_batch([example], n=1), frozen
-
-    (traj,), frozen = asyncio.run(go())
+    example = {**ex("1", Q1, ["Mira Tolven"]), "meta": {"rag_gen_acc": 1.0}}
+    (traj,), frozen = run_s3(gemma_tokenizer, example, n=1)
     assert traj.reward_components["gen_acc_rag"] == 1.0 and traj.reward == 0.0  # gain over a solved RAG = 0
     assert frozen.stats["generated"] == 1  # only the s3 answer
 
