@@ -183,13 +183,13 @@ class _DeepSpeedRank:
         perm = torch.randperm(size, generator=gen) if self.config.shuffle else torch.arange(size)
         return list(perm.split(mini))
 
-    def _loss_scale(self, mb: TrainBatch, mini: TrainBatch, agg: str) -> float:
+    def _loss_scale(self, mb: TrainBatch, mini_mask: torch.Tensor, agg: str) -> float:
         """Weight of a micro-batch's aggregated loss so the sum over the mini-batch's micro-batches and
         ranks (DeepSpeed averages gradients over ranks) is the loss aggregated over the mini-batch."""
         if agg == "token_mean":
-            num, den = mb.loss_mask.sum(), mini.loss_mask.sum()
+            num, den = mb.loss_mask.sum(), mini_mask.sum()
         else:
-            num, den = (mb.loss_mask.sum(1) > 0).sum(), (mini.loss_mask.sum(1) > 0).sum()
+            num, den = (mb.loss_mask.sum(1) > 0).sum(), (mini_mask.sum(1) > 0).sum()
         return float(num) / max(float(den), 1.0) * self.world_size
 
     # -- checkpoints ----------------------------------------------------------------------------------------
@@ -337,7 +337,7 @@ class PolicyLearner(_DeepSpeedRank):
         tokens = 0
         for epoch in range(self.config.ppo_epochs):
             for mini_rows in self._plan(batch, epoch):
-                mini = batch.select(mini_rows)
+                mini_mask = batch.loss_mask[mini_rows]  # the whole mini-batch's normaliser
                 for micro in self._micro_batches(self._my_rows(mini_rows), self.grad_accum_steps):
                     mb = batch.select(micro).to(self.device)
                     logprobs, entropy = self._stats(mb)
@@ -356,7 +356,7 @@ class PolicyLearner(_DeepSpeedRank):
                     if algo.entropy_coef:
                         loss = loss - algo.entropy_coef * ent
                     row["entropy"] = float(ent.detach())
-                    self.engine.backward(loss * self._loss_scale(mb, mini, algo.loss_agg), scale_wrt_gas=False)
+                    self.engine.backward(loss * self._loss_scale(mb, mini_mask, algo.loss_agg), scale_wrt_gas=False)
                     self.engine.step()
                     tokens += int(mask.sum())
                     rows_metrics.append(row)
@@ -447,13 +447,13 @@ class CriticLearner(_DeepSpeedRank):
         rows_metrics, step_metrics = [], []
         for epoch in range(self.config.ppo_epochs):
             for mini_rows in self._plan(batch, epoch):
-                mini = batch.select(mini_rows)
+                mini_mask = batch.loss_mask[mini_rows]  # the whole mini-batch's normaliser
                 for micro in self._micro_batches(self._my_rows(mini_rows), self.grad_accum_steps):
                     mb = batch.select(micro).to(self.device)
                     values = self.engine(mb.input_ids, mb.attention_mask, mb.loss_mask, mb.prompt_len)
                     loss, m = value_loss(values, mb.old_values, mb.returns, mb.loss_mask,
                                          clip_eps=algo.value_clip_eps, agg=algo.loss_agg, norm_len=algo.norm_len)
-                    self.engine.backward(loss * self._loss_scale(mb, mini, algo.loss_agg), scale_wrt_gas=False)
+                    self.engine.backward(loss * self._loss_scale(mb, mini_mask, algo.loss_agg), scale_wrt_gas=False)
                     self.engine.step()
                     rows_metrics.append({"value_loss": float(loss.detach()), **{k: float(v) for k, v in m.items()},
                                          "values": float(masked_mean(values.detach(), mb.loss_mask))})
