@@ -171,8 +171,11 @@ class _EpisodeRun:
             "selected_doc_ids": [d.doc_id for d in final.selected_docs] if final else [],
             "evidence": final.evidence if final else None,
         }
+        score_s = 0.0
         if lp.compute_reward:
+            t = time.perf_counter()
             reward = await asyncio.to_thread(lp.recipe.reward, ep, lp.scorer)
+            score_s = time.perf_counter() - t
             ep.reward = reward
             traj.reward, traj.reward_components = reward.total, dict(reward.components)
             traj.final["answer"] = ep.final.answer if ep.final else traj.final["answer"]
@@ -180,6 +183,7 @@ class _EpisodeRun:
             "total_s": time.perf_counter() - self.t0,
             "generate_s": self.generate_s,
             "search_s": self.search_s,
+            "score_s": score_s,  # reward (frozen generator/judge calls included); overlaps other episodes
         }
         return traj
 

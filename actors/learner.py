@@ -94,6 +94,7 @@ class _DeepSpeedRank:
         self.engine = None
         self.updates = 0  # optimizer-step calls of `update` (RNG stream per update)
         self._master: tuple[str, int] | None = None
+        self._grad_norm = 0.0  # last step's, where DeepSpeed does not report it (fp32 ZeRO-0)
 
     # -- distributed setup ------------------------------------------------------------------------------
     def master_address(self) -> tuple[str, int]:
@@ -164,6 +165,20 @@ class _DeepSpeedRank:
             optimizer = torch.optim.AdamW(params, lr=lr, betas=betas, eps=self.config.adam_eps,
                                           weight_decay=self.config.weight_decay)
         self.engine, *_ = deepspeed.initialize(model=module, optimizer=optimizer, config=self._ds_config(lr))
+
+    def _optimizer_step(self) -> None:
+        """`engine.step()`. Under fp32 ZeRO-0 DeepSpeed clips without keeping the gradient norm, so it is
+        taken here first, at the accumulation boundary, where the gradients are already all-reduced."""
+        if self.config.zero_stage == 0 and self.engine.is_gradient_accumulation_boundary():
+            norms = [torch.linalg.vector_norm(p.grad.float()) for p in self.engine.module.parameters()
+                     if p.grad is not None]
+            self._grad_norm = float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
+        self.engine.step()
+
+    def _last_grad_norm(self) -> float:
+        """L2 norm of the last optimizer step's gradients (before clipping)."""
+        norm = self.engine.get_global_grad_norm()
+        return float(norm) if norm is not None else self._grad_norm
 
     # -- batches ------------------------------------------------------------------------------------------
     def _my_rows(self, rows: torch.Tensor) -> torch.Tensor:
@@ -357,10 +372,10 @@ class PolicyLearner(_DeepSpeedRank):
                         loss = loss - algo.entropy_coef * ent
                     row["entropy"] = float(ent.detach())
                     self.engine.backward(loss * self._loss_scale(mb, mini_mask, algo.loss_agg), scale_wrt_gas=False)
-                    self.engine.step()
+                    self._optimizer_step()
                     tokens += int(mask.sum())
                     rows_metrics.append(row)
-                step_metrics.append({"grad_norm": float(self.engine.get_global_grad_norm() or 0.0),
+                step_metrics.append({"grad_norm": self._last_grad_norm(),
                                      "lr": float(self.engine.get_lr()[0])})
         self.updates += 1
         out = {**_mean_metrics(rows_metrics), **_mean_metrics(step_metrics)}
@@ -454,10 +469,10 @@ class CriticLearner(_DeepSpeedRank):
                     loss, m = value_loss(values, mb.old_values, mb.returns, mb.loss_mask,
                                          clip_eps=algo.value_clip_eps, agg=algo.loss_agg, norm_len=algo.norm_len)
                     self.engine.backward(loss * self._loss_scale(mb, mini_mask, algo.loss_agg), scale_wrt_gas=False)
-                    self.engine.step()
+                    self._optimizer_step()
                     rows_metrics.append({"value_loss": float(loss.detach()), **{k: float(v) for k, v in m.items()},
                                          "values": float(masked_mean(values.detach(), mb.loss_mask))})
-                step_metrics.append({"grad_norm": float(self.engine.get_global_grad_norm() or 0.0),
+                step_metrics.append({"grad_norm": self._last_grad_norm(),
                                      "lr": float(self.engine.get_lr()[0])})
         self.updates += 1
         out = {**_mean_metrics(rows_metrics), **_mean_metrics(step_metrics)}

@@ -22,7 +22,7 @@ CPU, GPU, MEMORY = "CPU", "GPU", "memory"
 _EPS = 1e-6  # Ray keeps 4 decimals of fractional resources; sums of floats need a tolerance.
 
 # Recipes whose reward calls a frozen LLM (recipes.base.require_scorer), and the recipe option
-# that turns the call off (None = always on). Keep in sync with recipes/s3.py and recipes/r_search.py.
+# that turns the call off (None = always on). pipelines.train starts the frozen actors this module counts.
 FROZEN_LLM_RECIPES: dict[str, str | None] = {"s3": None, "r_search": "evidence_reward"}
 
 

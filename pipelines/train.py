@@ -27,7 +27,6 @@ import torch
 from configs.schema import Config
 
 TRAINABLE_RECIPES = ("s3", "search_r1", "r1_searcher", "r_search", "eval_rar")
-SCORER_RECIPES = ("s3", "r_search")  # rewards that call the frozen generator / judge / verifier
 
 
 class TrainConfigError(ValueError):
@@ -128,11 +127,13 @@ class Trainer:
         from actors.learner_group import LearnerGroup, remote_reference_model
         from actors.retrieval import start_retrieval_pool
         from actors.rollout import remote_frozen_llm, remote_rollout_worker
+        from cluster.roles import frozen_llm_count
 
         cfg = self.cfg
         self.pool = start_retrieval_pool(cfg.index.dir, cfg.retrieval)
         generator = judge = None
-        if cfg.train.recipe in SCORER_RECIPES:
+        n_frozen = frozen_llm_count(cfg)  # the same count the resource plan reserved CPUs/GPUs for
+        if n_frozen:
             fz = cfg.frozen
             spec = {"backend": fz.backend, "model": fz.model, "max_model_len": fz.max_model_len,
                     **self._engine_memory(fz.backend, fz.num_gpus, fz.gpu_memory_utilization, fz.cpu_kv_cache_gib)}
@@ -140,7 +141,7 @@ class Trainer:
                                                                            max_answer_tokens=fz.max_answer_tokens)
             self.frozen.append(generator)
             judge = generator
-            if fz.judge_model and fz.judge_model != fz.model:
+            if n_frozen == 2:
                 judge = remote_frozen_llm(fz.num_cpus, fz.num_gpus).remote({**spec, "model": fz.judge_model})
                 self.frozen.append(judge)
         self.policy = LearnerGroup("policy", cfg.learner, name=f"searchrl-{self.run_dir.name}")

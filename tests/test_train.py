@@ -35,7 +35,7 @@ def test_stages_schedule_recipe_options():
     assert total_steps(cfg) == 40
     assert stage_at(cfg, 0)[:2] == (0, {"max_turns": 2, "topk": 3, "stage": 1})
     assert stage_at(cfg, 19)[1]["stage"] == 1 and stage_at(cfg, 20)[1]["stage"] == 2
-    assert total_steps(cfg_with(config="configs/s3_cpu.yaml")) == 20
+    assert total_steps(cfg_with("train.total_steps=7", config="configs/s3_cpu.yaml")) == 7  # no stages
 
 
 @pytest.mark.parametrize("overrides, match", [
@@ -69,26 +69,50 @@ def test_tracker_writes_jsonl_and_plots(tmp_path):
     assert [r["step"] for r in rows] == [1, 2, 3] and rows[-1]["rollout/reward_mean"] == 0.9
 
 
-def _group_ids(path) -> list[str]:
+def _tiny_run(config: str, small_index, tiny_gemma_dir, run_dir, *overrides: str):
+    """A shipped recipe config shrunk to a CI-sized run: tiny Gemma policy and frozen LLM on the
+    transformers backend, the real pool over the test index, 2 questions x 2 samples, 16-token turns.
+    A random policy earns no reward, so group advantages are 0; the entropy bonus gives every update a
+    gradient, so the weights must move (weight decay alone moves them ~1e-6)."""
+    return cfg_with(
+        f"index.dir={small_index}", "index.num_shards=2", f"run_dir={run_dir}", f"learner.model={tiny_gemma_dir}",
+        f"frozen.model={tiny_gemma_dir}", "rollout.backend=hf", "frozen.backend=hf", "learner.lr=0.001",
+        "learner.critic_lr=0.001", "train.questions_per_step=2", "rollout.samples_per_prompt=2",
+        "learner.mini_batch_size=4", "learner.micro_batch_size=2", "rollout.max_new_tokens_per_turn=16",
+        "rollout.max_total_tokens=1024", "rollout.cpus_per_worker=0.25", "frozen.num_cpus=0.25",
+        "learner.cpus_per_rank=0.5", "train.eval_questions=2", "algorithm.entropy_coef=0.01", *overrides,
+        config=config)
+
+
+def _rows(run_dir) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def _rollouts(path) -> list[dict]:
     with gzip.open(path, "rt") as f:
-        return [json.loads(line)["group_id"] for line in f]
+        return [json.loads(line) for line in f]
+
+
+def _max_weight_change(before_dir, after_file) -> float:
+    """Largest absolute difference between the initial policy and a checkpoint's HF weights."""
+    from safetensors.torch import load_file
+
+    before = load_file(str(__import__("pathlib").Path(before_dir) / "model.safetensors"))
+    after = load_file(str(after_file))
+    return max((after[k].float() - before[k].float()).abs().max().item() for k in before if k in after)
 
 
 @pytest.mark.slow
 def test_two_steps_checkpoint_and_resume(ray_local, small_index, tiny_gemma_dir, tmp_path):
     from pipelines.train import last_checkpoint, train
 
-    cfg = cfg_with(
-        f"index.dir={small_index}", "index.num_shards=2", f"run_dir={tmp_path}", f"learner.model={tiny_gemma_dir}",
-        f"frozen.model={tiny_gemma_dir}", "rollout.backend=hf", "frozen.backend=hf", "learner.lr=0.001",
-        "train.questions_per_step=2", "rollout.samples_per_prompt=2", "learner.mini_batch_size=4",
-        "learner.micro_batch_size=2", "rollout.max_new_tokens_per_turn=16", "rollout.max_total_tokens=1024",
-        "rollout.cpus_per_worker=0.25", "frozen.num_cpus=0.25", "learner.cpus_per_rank=0.5",
-        "train.eval_questions=2", "train.save_every=1", "train.wandb.mode=offline",
+    cfg = _tiny_run(
+        "configs/r1_searcher_cpu.yaml", small_index, tiny_gemma_dir, tmp_path, "train.save_every=1",
+        "train.wandb.mode=offline",
         'train.stages=[{"steps": 1, "recipe_options": {"stage": 1}}, {"steps": 1, "recipe_options": {"stage": 2}}]',
     )
     run_dir = train(cfg, progress=False)
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = _rows(run_dir)
     assert [r["step"] for r in rows] == [1, 2] and [r["stage"] for r in rows] == [1, 2]
     for key in ("rollout/reward_mean", "rollout/turns_per_episode", "rollout/valid_action_rate", "actor/policy_loss",
                 "actor/grad_norm", "time/rollout_s", "time/update_s", "time/sync_s"):
@@ -99,16 +123,19 @@ def test_two_steps_checkpoint_and_resume(ray_local, small_index, tiny_gemma_dir,
     assert list((run_dir / "wandb").glob("offline-run-*"))
     assert last_checkpoint(run_dir).name == "step-2"
     assert (run_dir / "checkpoints" / "step-2" / "policy" / "hf" / "model.safetensors").is_file()
-    step2 = _group_ids(run_dir / "rollouts" / "step-2.jsonl.gz")
+    step2_episodes = _rollouts(run_dir / "rollouts" / "step-2.jsonl.gz")
+    assert {e["weight_version"] for e in step2_episodes} == {1}  # workers got update 1's weights
+    assert _max_weight_change(tiny_gemma_dir, run_dir / "checkpoints" / "step-2" / "policy" / "hf"
+                              / "model.safetensors") > 1e-4
+    step2 = [e["group_id"] for e in step2_episodes]
 
     # Stop after step 1: resume runs step 2 again, on the same questions.
     shutil.rmtree(run_dir / "checkpoints" / "step-2")
     (run_dir / "rollouts" / "step-2.jsonl.gz").unlink()
     resumed = train(load_config(run_dir / "config.yaml"), resume=run_dir, progress=False)
     assert resumed == run_dir and last_checkpoint(run_dir).name == "step-2"
-    assert sorted(_group_ids(run_dir / "rollouts" / "step-2.jsonl.gz")) == sorted(step2)
-    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [1, 2, 2]
+    assert sorted(e["group_id"] for e in _rollouts(run_dir / "rollouts" / "step-2.jsonl.gz")) == sorted(step2)
+    assert [r["step"] for r in _rows(run_dir)] == [1, 2, 2]
 
 
 @pytest.mark.parametrize("path", sorted(str(p) for p in __import__("pathlib").Path("configs").glob("*_[cg]pu.yaml")
@@ -125,3 +152,38 @@ def test_every_recipe_config_loads_and_builds_its_recipe(path):
     episodes = cfg.train.questions_per_step * cfg.rollout.samples_per_prompt
     assert episodes % cfg.learner.mini_batch_size == 0, "episodes per step must fill whole mini-batches"
     assert (total_resources(plan_roles(cfg))["GPU"] > 0) == path.endswith("_gpu.yaml")
+
+
+# r1_searcher runs above (GRPO, stages, resume); these are the other trainable recipes through their configs.
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe, components", [
+    ("s3", {"gen_acc_s3", "gen_acc_rag", "gain_beyond_rag"}),
+    ("search_r1", {"em"}),
+    ("r_search", {"answer_f1", "evidence_f1", "format"}),
+    ("eval_rar", {"answer_em", "eval_contains_gold", "eval_reward"}),
+])
+def test_every_recipe_trains_two_steps(ray_local, small_index, tiny_gemma_dir, tmp_path, recipe, components):
+    """Two real steps of each recipe's CPU config (its algorithm: PPO with a critic for s3, GRPO for
+    the others): every expected metric key is written, the policy weights change, and the rollout
+    workers generate step 2 with the weights of update 1."""
+    from pipelines.train import last_checkpoint, train
+
+    cfg = _tiny_run(f"configs/{recipe}_cpu.yaml", small_index, tiny_gemma_dir, tmp_path, "train.total_steps=2",
+                    "train.eval_every=2", "train.save_every=2", "train.wandb.mode=disabled")
+    run_dir = train(cfg, progress=False)
+    rows = _rows(run_dir)
+    assert [r["step"] for r in rows] == [1, 2]
+    expected = {"rollout/reward_mean", "rollout/reward_std", "rollout/response_tokens", "rollout/turns_per_episode",
+                "rollout/searches_per_episode", "rollout/valid_action_rate", "rollout/retrieval_latency_s",
+                "rollout/score_s_per_episode", "rollout/finish/max_turns", "actor/policy_loss", "actor/entropy",
+                "actor/clip_frac", "actor/grad_norm", "time/rollout_s", "time/update_s", "time/sync_s",
+                *(f"rollout/reward/{c}" for c in components)}
+    if cfg.algorithm.needs_critic:
+        expected |= {"critic/value_loss"}
+    assert expected <= set(rows[0]), sorted(expected - set(rows[0]))
+    assert rows[0]["actor/grad_norm"] > 0  # reported under the CPU configs' ZeRO-0 too
+    assert "dev/reward_mean" in rows[1]
+    assert {e["weight_version"] for e in _rollouts(run_dir / "rollouts" / "step-1.jsonl.gz")} == {0}
+    assert {e["weight_version"] for e in _rollouts(run_dir / "rollouts" / "step-2.jsonl.gz")} == {1}
+    hf = last_checkpoint(run_dir) / "policy" / "hf" / "model.safetensors"
+    assert _max_weight_change(tiny_gemma_dir, hf) > 1e-4
