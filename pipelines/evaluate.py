@@ -217,14 +217,21 @@ def _check_model_field(field: str, value: str) -> None:
                               f"directory, 'gemma3-270m' or a Hugging Face name")
 
 
-def load_questions(qa_file: str | Path, data_dir: str | None = None, limit: int | None = None) -> list[dict]:
-    """The first `limit` questions (None = all) of `qa_file` as dicts (id, question, golden_answers,
-    dataset). `qa_file` is a path, or a file name of the data pack (e.g. "test.jsonl.gz").
+def load_questions(qa_file: str | Path, data_dir: str | None = None, limit: int | None = None,
+                   sample_seed: int | None = None) -> list[dict]:
+    """Questions of `qa_file` as dicts (id, question, golden_answers, dataset): the first `limit`
+    (None = all), or with `sample_seed` a sample of `limit` spread over the datasets.
+
+    The sample takes each dataset's questions in a seeded random order and deals them out round-robin
+    over the datasets (so 64 questions of a 6-dataset split hold 10-11 of each); the result keeps file
+    order. Pack splits are sorted by dataset, so their first N questions are usually one dataset.
 
     Raises:
         EvaluationError: limit < 1, or the file has no questions.
         DataPackError: neither a file nor a data pack file; BadRowError: a malformed row.
     """
+    import random
+
     from pipelines.data import iter_qa, pack_file
 
     if limit is not None and limit < 1:
@@ -234,11 +241,23 @@ def load_questions(qa_file: str | Path, data_dir: str | None = None, limit: int 
         path = pack_file(str(qa_file), data_dir)
     examples = [
         {"id": e.id, "question": e.question, "golden_answers": list(e.golden_answers), "dataset": e.dataset}
-        for e in iter_qa(path, limit=limit)
+        for e in iter_qa(path, limit=None if sample_seed is not None else limit)
     ]
     if not examples:
         raise EvaluationError(f"--qa {path}: no questions in the file")
-    return examples
+    if sample_seed is None or limit is None or limit >= len(examples):
+        return examples
+    rng = random.Random(sample_seed)
+    by_dataset: dict[str, list[int]] = {}
+    for i, e in enumerate(examples):
+        by_dataset.setdefault(e["dataset"], []).append(i)
+    queues = [rng.sample(idx, len(idx)) for _, idx in sorted(by_dataset.items())]
+    picked: list[int] = []
+    while len(picked) < limit:
+        for q in queues:
+            if q and len(picked) < limit:
+                picked.append(q.pop())
+    return [examples[i] for i in sorted(picked)]
 
 
 # ----------------------------------------------------------------------------- worker
@@ -395,12 +414,13 @@ def evaluate(
     limit: int | None = None,
     methods: str | Iterable[str] = DEFAULT_METHODS,
     *,
+    sample: bool = False,
     pool: Any = None,
     generator: Any = None,
     judge: Any = None,
     log: Callable[[str], None] = _log,
 ) -> list[dict[str, Any]]:
-    """Evaluate `methods` on the first `limit` questions of `qa_file`; write the results to `out_dir`.
+    """Evaluate `methods` on `limit` questions of `qa_file`; write the results to `out_dir`.
 
     Args:
         cfg: `configs.Config`; uses `train.recipe(_options)`, `learner.model`, `rollout.*` (policy
@@ -412,6 +432,8 @@ def evaluate(
         checkpoint: the learner's checkpoint directory (with `policy/hf/`) or an HF model
             directory; None = the untrained `learner.model` is the policy.
         limit: questions (count) from the start of the file; None = all.
+        sample: with `limit`, a seeded (`cfg.seed`) sample spread over the file's datasets instead
+            of the first `limit` questions (`load_questions`).
         methods: names from `METHODS`, as "a,b" or a list.
         pool, generator, judge: running RetrievalPool / FrozenLLMWorker actor handles to reuse
             (e.g. from the training pipeline; never shut down here). None = start one (the judge
@@ -433,7 +455,7 @@ def evaluate(
 
     names = parse_methods(methods)
     plans = plan_methods(cfg, names, str(checkpoint) if checkpoint is not None else None)
-    examples = load_questions(qa_file, cfg.data.dir, limit)
+    examples = load_questions(qa_file, cfg.data.dir, limit, sample_seed=cfg.seed if sample else None)
     needs_pool = any(p.recipe != "direct" for p in plans)
     if needs_pool and pool is None:
         Manifest.load(cfg.index.dir)  # a missing / unfinished index fails before any actor starts

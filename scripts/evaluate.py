@@ -1,7 +1,7 @@
 """Evaluate a trained searcher and the baselines on a QA file (EM, F1, cover-EM, span_check, GenAcc).
 
     .venv/bin/python -m scripts.evaluate --config CONFIG [--checkpoint DIR] --qa FILE --out DIR \\
-        [--limit N] [--methods direct,naive_rag,policy] [key=value ...]
+        [--limit N [--sample]] [--methods direct,naive_rag,policy] [key=value ...]
 
 The policy runs recipe `train.recipe` on the checkpoint's `policy/hf/` model (or on `learner.model`
 without `--checkpoint`); `direct` and `naive_rag` answer with the frozen generator (`frozen.model`);
@@ -28,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--qa", required=True, metavar="FILE", help="QA file (path or data pack file name)")
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
     parser.add_argument("--limit", type=int, default=None, metavar="N", help="first N questions (default: all)")
+    parser.add_argument("--sample", action="store_true",
+                        help="with --limit: N questions spread over the file's datasets (seeded by `seed`)")
     parser.add_argument("--methods", default="direct,naive_rag,policy",
                         help="comma-separated: direct, naive_rag, policy, untrained (default: %(default)s)")
     args, cfg = parse_config(parser, argv)
@@ -36,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     with user_errors():
         try:
             rows = evaluate(cfg, args.qa, args.out, checkpoint=args.checkpoint, limit=args.limit,
-                            methods=args.methods)
+                            methods=args.methods, sample=args.sample)
         except EvaluationError as e:
             print(f"error: {e}", file=sys.stderr)
             raise SystemExit(2) from None

@@ -6,8 +6,8 @@
 2. trains `train.recipe` (`pipelines.train`): by default the s3 searcher with the Gemma 3 270M base
    model as policy and as frozen generator/judge, MiniLM retrieval over the 52k-passage corpus, and
    questions of the pack's train split;
-3. evaluates the final checkpoint against naive RAG and direct inference on the first `--eval-limit`
-   questions of the test split (`pipelines.evaluate`);
+3. evaluates the final checkpoint against naive RAG and direct inference on `--eval-limit` test
+   questions, a seeded sample spread over the split's datasets (`pipelines.evaluate`);
 4. prints where the run directory, reward curves, wandb run and results table are.
 Starts and stops its own local Ray cluster (unless `ray.address` / RAY_ADDRESS names one).
 """
@@ -26,7 +26,8 @@ DEFAULT_CONFIG = "configs/s3_cpu.yaml"
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scripts.main", description=__doc__.splitlines()[0])
-    parser.add_argument("--eval-limit", type=int, default=64, help="test questions to evaluate on (count)")
+    parser.add_argument("--eval-limit", type=int, default=64,
+                        help="test questions to evaluate on (count; a seeded sample spread over the datasets)")
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--config" not in argv:
         argv = ["--config", DEFAULT_CONFIG, *argv]
@@ -57,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
             train_s = time.perf_counter() - t1
             checkpoint = last_checkpoint(run_dir)
             t2 = time.perf_counter()
-            rows = evaluate(cfg, cfg.data.test, run_dir / "eval", checkpoint=checkpoint, limit=args.eval_limit)
+            rows = evaluate(cfg, cfg.data.test, run_dir / "eval", checkpoint=checkpoint, limit=args.eval_limit,
+                            sample=True)
             eval_s = time.perf_counter() - t2
     finally:
         if started:

@@ -16,6 +16,7 @@ from pipelines.evaluate import (
     compute_rows,
     evaluate,
     format_markdown,
+    load_questions,
     parse_methods,
     resolve_checkpoint,
 )
@@ -81,6 +82,24 @@ def _fake_model_dir(d):
     for name in ("config.json", "model.safetensors", "tokenizer.json"):
         (d / name).write_text("{}")
     return d
+
+
+def test_sample_spreads_over_datasets(data_dir):
+    """The pack's test split is sorted by dataset: its first 64 questions are one dataset, a sample of
+    64 holds every dataset (10-11 each of 6), is seeded, keeps file order and has no repeats."""
+    first = load_questions("test.jsonl.gz", data_dir, 64)
+    assert len({q["dataset"] for q in first}) == 1
+    everything = load_questions("test.jsonl.gz", data_dir)
+    datasets = {q["dataset"] for q in everything}
+    sample = load_questions("test.jsonl.gz", data_dir, 64, sample_seed=0)
+    counts = {d: sum(q["dataset"] == d for q in sample) for d in datasets}
+    assert len(sample) == 64 and len({q["id"] for q in sample}) == 64
+    assert max(counts.values()) - min(counts.values()) <= 1, counts
+    order = {q["id"]: i for i, q in enumerate(everything)}
+    assert [order[q["id"]] for q in sample] == sorted(order[q["id"]] for q in sample)
+    assert sample == load_questions("test.jsonl.gz", data_dir, 64, sample_seed=0)
+    assert sample != load_questions("test.jsonl.gz", data_dir, 64, sample_seed=1)
+    assert load_questions("test.jsonl.gz", data_dir, 5000, sample_seed=0) == everything
 
 
 def test_resolve_checkpoint_layouts(tmp_path):
