@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import copy
 import json
+import random
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -230,8 +231,6 @@ def load_questions(qa_file: str | Path, data_dir: str | None = None, limit: int 
         EvaluationError: limit < 1, or the file has no questions.
         DataPackError: neither a file nor a data pack file; BadRowError: a malformed row.
     """
-    import random
-
     from pipelines.data import iter_qa, pack_file
 
     if limit is not None and limit < 1:

@@ -19,9 +19,9 @@ def _mean(xs: Sequence[float]) -> float:
 
 def rollout_metrics(trajs: Sequence[Mapping[str, Any]], prefix: str = "rollout") -> dict[str, float]:
     """Reward mean/std and every reward component's mean, response length (tokens), turns and
-    searches per episode, valid-action rate, finish-reason fractions, retrieval latency (s), scoring time per episode (s; it overlaps
-    other episodes' generation, so it is not a separate phase of the step), and
-    the exact match of the final answers, under `<prefix>/...` keys."""
+    searches per episode, valid-action rate, finish-reason fractions, retrieval latency (s), scoring
+    time per episode (s; it overlaps other episodes' generation, so it is not a phase of the step),
+    and the exact match of the final answers, under `<prefix>/...` keys."""
     n = max(1, len(trajs))
     rewards = [float(t.get("reward") or 0.0) for t in trajs]
     turns = [r for t in trajs for r in t["turns"]]
@@ -40,7 +40,7 @@ def rollout_metrics(trajs: Sequence[Mapping[str, Any]], prefix: str = "rollout")
         "valid_action_rate": sum(r["action"] != "Invalid" for r in turns) / max(1, len(turns)),
         "retrieval_latency_s": _mean([r["search_s"] for r in searches]),
         "generate_s_per_turn": _mean([r["generate_s"] for r in turns]),
-        "score_s_per_episode": _mean([t["timings"].get("score_s", 0.0) for t in trajs]),
+        "score_s_per_episode": _mean([t["timings"]["score_s"] for t in trajs]),
         "answer_em": _mean([exact_match(t["final"].get("answer") or "", t["golden_answers"]) for t in trajs]),
         "episodes": float(len(trajs)),
     }

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -17,7 +18,7 @@ from pipelines.train import TrainConfigError, batch_indices, stage_at, total_ste
 def cfg_with(*overrides: str, config: str = "configs/r1_searcher_cpu.yaml"):
     """A shipped config; `index.dir` points at an existing folder (a clean checkout has no index),
     so only the rule a test aims at fails (later overrides win)."""
-    existing = str(__import__("pathlib").Path(__file__).parent)
+    existing = str(Path(__file__).parent)
     return load_config(config, [f"index.dir={existing}", *overrides])
 
 
@@ -97,7 +98,7 @@ def _max_weight_change(before_dir, after_file) -> float:
     """Largest absolute difference between the initial policy and a checkpoint's HF weights."""
     from safetensors.torch import load_file
 
-    before = load_file(str(__import__("pathlib").Path(before_dir) / "model.safetensors"))
+    before = load_file(str(Path(before_dir) / "model.safetensors"))
     after = load_file(str(after_file))
     return max((after[k].float() - before[k].float()).abs().max().item() for k in before if k in after)
 
@@ -138,7 +139,7 @@ def test_two_steps_checkpoint_and_resume(ray_local, small_index, tiny_gemma_dir,
     assert [r["step"] for r in _rows(run_dir)] == [1, 2, 2]
 
 
-@pytest.mark.parametrize("path", sorted(str(p) for p in __import__("pathlib").Path("configs").glob("*_[cg]pu.yaml")
+@pytest.mark.parametrize("path", sorted(str(p) for p in Path("configs").glob("*_[cg]pu.yaml")
                                         if p.name not in ("train_cpu.yaml", "train_gpu.yaml", "retrieval_cpu.yaml")))
 def test_every_recipe_config_loads_and_builds_its_recipe(path):
     """Each shipped recipe config validates, names a trainable recipe, and its recipe options (per
