@@ -11,15 +11,17 @@ GAE and returns-to-go carry across an observation instead of stopping there.
 * :mod:`algorithms.masked`: masked sum / mean / var / whiten (an empty mask gives 0, not NaN).
 * :mod:`algorithms.kl`: per-token KL estimators k1 / k2 / k3, log-probs and entropy from logits.
 * :mod:`algorithms.advantages`: GAE (PPO), GRPO, Dr.GRPO, RLOO, group-mean baseline,
-  Reinforce++, terminal and KL-penalised token rewards, and the :func:`compute_advantages`
-  dispatcher.
+  Reinforce++, terminal and KL-penalised token rewards.
+* :mod:`algorithms.estimators`: those estimators registered under their ``advantage_estimator``
+  names, and the :func:`compute_advantages` dispatcher.
 * :mod:`algorithms.losses`: PPO clipped policy loss (clip-higher, dual clip), clipped value loss,
   KL and entropy terms, and the three loss aggregations (token mean, sequence mean, Dr.GRPO).
-* :mod:`algorithms.config`: :class:`AlgorithmConfig` (pydantic, strict) and per-recipe presets.
+* :mod:`algorithms.registry`: name -> function registries ``ADVANTAGE_ESTIMATORS``, ``LOSS_AGGS``,
+  ``KL_ESTIMATORS`` with their ``register_*`` decorators and ``get_*`` look-ups; how to add one.
+* :mod:`algorithms.config`: :class:`AlgorithmConfig` (pydantic, strict).
 """
 
 from .advantages import (
-    compute_advantages,
     gae,
     group_indices,
     group_mean_baseline_advantages,
@@ -32,19 +34,36 @@ from .advantages import (
     rloo_scores,
     terminal_rewards,
 )
-from .config import RECIPE_PRESETS, AlgorithmConfig
+from .config import AlgorithmConfig
+from .estimators import compute_advantages
 from .kl import entropy_from_logits, kl_estimate, logprobs_from_logits
 from .losses import aggregate, entropy_loss, kl_loss, policy_loss, value_loss
 from .masked import masked_mean, masked_sum, masked_var, masked_whiten
+from .registry import (
+    ADVANTAGE_ESTIMATORS,
+    KL_ESTIMATORS,
+    LOSS_AGGS,
+    get_advantage_estimator,
+    get_kl_estimator,
+    get_loss_agg,
+    register_advantage_estimator,
+    register_kl_estimator,
+    register_loss_agg,
+)
 
 __all__ = [
-    "RECIPE_PRESETS",
+    "ADVANTAGE_ESTIMATORS",
+    "KL_ESTIMATORS",
+    "LOSS_AGGS",
     "AlgorithmConfig",
     "aggregate",
     "compute_advantages",
     "entropy_from_logits",
     "entropy_loss",
     "gae",
+    "get_advantage_estimator",
+    "get_kl_estimator",
+    "get_loss_agg",
     "group_indices",
     "group_mean_baseline_advantages",
     "group_mean_scores",
@@ -59,6 +78,9 @@ __all__ = [
     "masked_var",
     "masked_whiten",
     "policy_loss",
+    "register_advantage_estimator",
+    "register_kl_estimator",
+    "register_loss_agg",
     "reinforce_pp_advantages",
     "rloo_advantages",
     "rloo_scores",

@@ -14,21 +14,20 @@ the first token of the next turn.
 
 All functions run under ``torch.no_grad()``: advantages and returns are constants of the loss.
 Results are fp32 (fp64 if the inputs are fp64) and exactly 0 at masked positions.
+
+The config-driven entry point :func:`algorithms.estimators.compute_advantages` reaches these
+functions through the ``ADVANTAGE_ESTIMATORS`` registry (:mod:`algorithms.registry`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from .kl import KLEstimator, kl_estimate
 from .masked import as_bool_mask, check_2d, check_same_shape, masked_whiten, zero_masked
-
-if TYPE_CHECKING:
-    from .config import AlgorithmConfig
 
 GroupIds = Sequence[Hashable] | Tensor
 
@@ -397,85 +396,8 @@ def group_mean_baseline_advantages(seq_rewards: Tensor, group_ids: GroupIds, los
     """Group-mean baseline advantages ``r_i - mean(r_g)`` on every policy token.
 
     The baseline of R1-Searcher's Reinforce++ runs (OpenRLHF ``reinforce_baseline``);
-    identical to Dr.GRPO's advantage.  Groups of size 1 give 0.
-
-    Args:
-        seq_rewards: ``[B]`` float outcome rewards.
-        group_ids: length-B group ids (see :func:`grpo_advantages`).
-        loss_mask: ``[B, T]`` bool/float, 1 = policy token.
-
-    Returns:
-        ``[B, T]`` fp32 advantages, 0 at masked positions.
+    identical to Dr.GRPO's advantage.  Groups of size 1 give 0.  Arguments and result as
+    :func:`rloo_advantages` (``[B]`` rewards, length-B group ids, ``[B, T]`` mask → ``[B, T]`` fp32).
     """
     r = _prepare_group("group_mean_baseline_advantages", seq_rewards, loss_mask)
     return _broadcast(group_mean_scores(r, group_ids), loss_mask)
-
-
-# ----------------------------------------------------------------------------- dispatcher
-
-
-@torch.no_grad()
-def compute_advantages(
-    config: AlgorithmConfig,
-    seq_rewards: Tensor,
-    loss_mask: Tensor,
-    *,
-    group_ids: GroupIds | None = None,
-    values: Tensor | None = None,
-    logprobs: Tensor | None = None,
-    ref_logprobs: Tensor | None = None,
-) -> tuple[Tensor, Tensor]:
-    """Advantages and returns for ``config.advantage_estimator`` (one entry point for the learner).
-
-    * ``"gae"``: token rewards = terminal reward (minus ``kl_coef * KL_t`` if ``kl_in_reward``),
-      then :func:`gae` with ``gamma``/``lam``; needs ``values``.
-    * every other estimator: a sequence score ``s_i`` (``reinforce_pp``: ``r_i``; ``grpo``,
-      ``dr_grpo``, ``rloo``, ``group_mean``: the group-relative score; needs ``group_ids``),
-      placed on the last policy token (minus the per-token KL if ``kl_in_reward``), then the
-      return-to-go with ``gamma`` over policy tokens.  With ``gamma = 1`` and no KL in the
-      reward that is just ``s_i`` on every policy token (= :func:`grpo_advantages` etc.).
-    * finally advantages are whitened over the batch when ``config.should_whiten``.
-
-    Args:
-        config: :class:`algorithms.config.AlgorithmConfig`.
-        seq_rewards: ``[B]`` float outcome rewards.
-        loss_mask: ``[B, T]`` bool/float, 1 = policy token.
-        group_ids: length-B group ids (group estimators).
-        values: ``[B, T]`` critic values (``"gae"``).
-        logprobs, ref_logprobs: ``[B, T]`` rollout / reference log-probs (``kl_in_reward``).
-
-    Returns:
-        ``(advantages, returns)``, ``[B, T]`` fp32, 0 at masked positions.  ``returns`` is the
-        critic target for GAE and the un-whitened return-to-go otherwise.
-    """
-    func = "compute_advantages"
-    _check_seq_rewards(func, seq_rewards, loss_mask)
-    est = config.advantage_estimator
-    r = seq_rewards.to(_float_dtype(seq_rewards))
-    if est in ("grpo", "dr_grpo", "rloo", "group_mean") and group_ids is None:
-        raise ValueError(f"{func}: advantage_estimator={est!r} needs `group_ids` (one per sequence)")
-    if est == "grpo":
-        r = grpo_scores(r, group_ids, config.grpo_eps, scale_by_std=True)
-    elif est == "dr_grpo":
-        r = grpo_scores(r, group_ids, config.grpo_eps, scale_by_std=False)
-    elif est == "rloo":
-        r = rloo_scores(r, group_ids)
-    elif est == "group_mean":
-        r = group_mean_scores(r, group_ids)
-
-    if config.kl_in_reward and config.kl_coef > 0:
-        if logprobs is None or ref_logprobs is None:
-            raise ValueError(f"{func}: kl_in_reward=True needs `logprobs` and `ref_logprobs`")
-        token_rewards = kl_penalized_rewards(r, logprobs, ref_logprobs, loss_mask, config.kl_coef, config.kl_estimator)
-    else:
-        token_rewards = terminal_rewards(r, loss_mask)
-
-    if est == "gae":
-        if values is None:
-            raise ValueError(f"{func}: advantage_estimator='gae' needs `values` from the critic")
-        advantages, returns = gae(token_rewards, values, loss_mask, config.gamma, config.lam)
-    else:
-        advantages, returns = reinforce_pp_advantages(token_rewards, loss_mask, config.gamma, whiten=False)
-    if config.should_whiten:
-        advantages = masked_whiten(advantages, loss_mask)
-    return advantages, returns

@@ -17,8 +17,12 @@ class StrictModel(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True)
 
+
+# The names registered in `algorithms.registry` (ADVANTAGE_ESTIMATORS, LOSS_AGGS, KL_ESTIMATORS):
+# a newly registered function must also be added here, or AlgorithmConfig rejects its name.
 AdvantageEstimator = Literal["gae", "grpo", "dr_grpo", "reinforce_pp", "rloo", "group_mean"]
 LossAgg = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"]
+KLEstimator = Literal["k1", "k2", "k3"]
 
 # Estimators whose advantages are whitened over the batch unless `whiten_advantages` says
 # otherwise: PPO/GAE (verl, used by Search-R1 and s3), Reinforce++ and its group-mean-baseline
@@ -50,7 +54,7 @@ class AlgorithmConfig(StrictModel):
         description="Dual-clip constant c > 1 bounding the loss of negative advantages (Ye et al. 2020); None = off.",
     )
     kl_coef: float = Field(0.001, description="KL coefficient beta >= 0 (0.001 in s3, Search-R1, R-Search, Eval-RAR).")
-    kl_estimator: Literal["k1", "k2", "k3"] = Field(
+    kl_estimator: KLEstimator = Field(
         "k3",
         description="Per-token KL estimator (Schulman 2020): k1 = log-ratio, k2 = half squared, "
         "k3 = low-variance (GRPO).",
@@ -158,31 +162,3 @@ class AlgorithmConfig(StrictModel):
     def upper_clip_eps(self) -> float:
         """Upper clip epsilon actually used (``clip_eps_high`` or ``clip_eps``)."""
         return self.clip_eps if self.clip_eps_high is None else self.clip_eps_high
-
-    @classmethod
-    def for_recipe(cls, recipe: str, **overrides: Any) -> AlgorithmConfig:
-        """The algorithm each paper trained its recipe with (see ``algorithms/README.md``).
-
-        Args:
-            recipe: ``"s3"``, ``"search_r1"``, ``"r1_searcher"``, ``"r_search"`` or ``"eval_rar"``.
-            overrides: field values replacing the preset's.
-        """
-        if recipe not in RECIPE_PRESETS:
-            raise ValueError(f"for_recipe: unknown `recipe` {recipe!r}; choose one of {sorted(RECIPE_PRESETS)}")
-        return cls(**{**RECIPE_PRESETS[recipe], **overrides})
-
-
-# Paper settings per recipe.  PPO (s3 App. A.2 "KL regularization 0.001" via verl; Search-R1's PPO)
-# puts a k1 KL in the reward (verl kl_ctrl).  R1-Searcher (Sec. 2.2.2) uses Reinforce++ with a
-# group-mean baseline (OpenRLHF; KL 1e-4 in its GRPO-vs-Reinforce++ study, KL in the reward).
-# R-Search (Sec. 4.3, beta = 0.001) and Eval-RAR (App. A.2, beta = 0.001, eps = 0.2; Eq. 6 =
-# per-sequence token mean) use GRPO with the KL as a k3 loss term.
-RECIPE_PRESETS: dict[str, dict[str, Any]] = {
-    "s3": dict(advantage_estimator="gae", kl_coef=0.001, kl_estimator="k1", kl_in_reward=True),
-    "search_r1": dict(advantage_estimator="gae", kl_coef=0.001, kl_estimator="k1", kl_in_reward=True),
-    "r1_searcher": dict(advantage_estimator="group_mean", kl_coef=1e-4, kl_estimator="k1", kl_in_reward=True),
-    "r_search": dict(advantage_estimator="grpo", kl_coef=0.001, kl_estimator="k3", kl_in_reward=False),
-    "eval_rar": dict(
-        advantage_estimator="grpo", kl_coef=0.001, kl_estimator="k3", kl_in_reward=False, loss_agg="seq_mean_token_mean"
-    ),
-}

@@ -11,23 +11,42 @@ KL(pi_theta || pi_ref):
 * ``"k2"``: ``0.5 * log_ratio^2``; >= 0, biased, low variance.
 * ``"k3"``: ``exp(-log_ratio) + log_ratio - 1`` = ``pi_ref/pi_theta - log(pi_ref/pi_theta) - 1``;
   unbiased, >= 0, low variance.  The KL term of GRPO (DeepSeekMath, Shao et al. 2024, Eq. 4).
+
+Each estimator is a ``log_ratio -> kl`` function in ``KL_ESTIMATORS``; add one with
+``@register_kl_estimator(name)`` and list the name in ``KLEstimator`` (``algorithms/config.py``),
+see :mod:`algorithms.registry`.
 """
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 from torch import Tensor
 
+from .config import KLEstimator
 from .masked import as_bool_mask, check_same_shape, upcast, zero_masked
-
-KLEstimator = Literal["k1", "k2", "k3"]
-KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
+from .registry import KL_ESTIMATORS as KL_ESTIMATORS  # re-export: the registry filled below
+from .registry import get_kl_estimator, register_kl_estimator
 
 # exp(20) ~ 4.9e8: beyond this the k3 estimate is meaningless and exp() would overflow in
 # bf16/fp16; the clamp also zeroes the gradient there, which is the intent.
 K3_LOG_RATIO_CLAMP = 20.0
+
+
+@register_kl_estimator("k1")
+def _k1(log_ratio: Tensor) -> Tensor:
+    return log_ratio
+
+
+@register_kl_estimator("k2")
+def _k2(log_ratio: Tensor) -> Tensor:
+    return 0.5 * log_ratio.square()
+
+
+@register_kl_estimator("k3")
+def _k3(log_ratio: Tensor) -> Tensor:
+    neg = -log_ratio.clamp(-K3_LOG_RATIO_CLAMP, K3_LOG_RATIO_CLAMP)  # log(pi_ref / pi_theta)
+    # expm1 keeps small ratios accurate; the clamp removes the last rounding below 0 (k3 >= 0).
+    return (torch.expm1(neg) - neg).clamp(min=0.0)
 
 
 def kl_estimate(
@@ -41,9 +60,9 @@ def kl_estimate(
     Args:
         logprobs: ``[B, T]`` float, log pi_theta of the sampled tokens (may require grad).
         ref_logprobs: ``[B, T]`` float, log pi_ref of the same tokens.
-        estimator: ``"k1"`` (``log_ratio``), ``"k2"`` (``0.5 * log_ratio^2``) or ``"k3"``
-            (``exp(-log_ratio) + log_ratio - 1``, ``log_ratio`` clamped to [-20, 20] first);
-            Schulman (2020); k3 = DeepSeekMath Eq. 4.
+        estimator: a name in ``KL_ESTIMATORS``: ``"k1"`` (``log_ratio``), ``"k2"``
+            (``0.5 * log_ratio^2``) or ``"k3"`` (``exp(-log_ratio) + log_ratio - 1``, ``log_ratio``
+            clamped to [-20, 20] first); Schulman (2020); k3 = DeepSeekMath Eq. 4.
         loss_mask: optional ``[B, T]`` bool/float, 1 = policy token.  When given, masked
             positions are 0 in the result and garbage there (NaN, inf) is never read.
 
@@ -51,23 +70,16 @@ def kl_estimate(
         ``[B, T]`` fp32 tensor (fp64 for fp64 inputs; bf16/fp16 inputs are upcast).
 
     Raises:
-        ValueError: unknown ``estimator`` or mismatched shapes.
+        ValueError: unknown ``estimator`` (see :func:`algorithms.registry.get_kl_estimator`) or
+            mismatched shapes.
     """
     check_same_shape("kl_estimate", ("logprobs", logprobs), ("ref_logprobs", ref_logprobs))
-    if estimator not in KL_ESTIMATORS:
-        raise ValueError(f"kl_estimate: `estimator` must be one of {KL_ESTIMATORS}, got {estimator!r}")
+    estimator_fn = get_kl_estimator(estimator)
     log_ratio = upcast(logprobs) - upcast(ref_logprobs)
     if loss_mask is not None:
         check_same_shape("kl_estimate", ("logprobs", logprobs), ("loss_mask", loss_mask))
         log_ratio = zero_masked(log_ratio, loss_mask)
-    if estimator == "k1":
-        kl = log_ratio
-    elif estimator == "k2":
-        kl = 0.5 * log_ratio.square()
-    else:
-        neg = -log_ratio.clamp(-K3_LOG_RATIO_CLAMP, K3_LOG_RATIO_CLAMP)  # log(pi_ref / pi_theta)
-        # expm1 keeps small ratios accurate; the clamp removes the last rounding below 0 (k3 >= 0).
-        kl = (torch.expm1(neg) - neg).clamp(min=0.0)
+    kl = estimator_fn(log_ratio)
     return kl if loss_mask is None else zero_masked(kl, as_bool_mask(loss_mask))
 
 

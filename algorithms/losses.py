@@ -8,24 +8,64 @@ loss nor the gradient, and the gradient at masked positions is exactly 0.
 
 Every loss is to be *minimised*; the learner combines them, e.g.
 ``pg + kl_coef * kl_loss(...) - entropy_coef * entropy_loss(...) + vf_coef * value_loss(...)``.
+
+The ``loss_agg`` modes of :func:`aggregate` live in the ``LOSS_AGGS`` registry.  To add one, write
+``fn(loss_tokens, mask, norm_len, divisor) -> 0-d tensor`` (``loss_tokens`` ``[B, T]`` fp32/fp64
+with garbage allowed at mask-0 positions, ``mask`` ``[B, T]`` bool), decorate it with
+``@register_loss_agg("name")`` and add ``"name"`` to ``LossAgg`` in ``algorithms/config.py``
+(see :mod:`algorithms.registry`).
 """
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 from torch import Tensor
 
-from .kl import KLEstimator, kl_estimate
+from .config import KLEstimator, LossAgg
+from .kl import kl_estimate
 from .masked import as_bool_mask, check_2d, check_same_shape, masked_count, masked_sum, upcast, zero_masked
-
-LossAgg = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"]
-LOSS_AGGS: tuple[str, ...] = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum")
+from .registry import LOSS_AGGS as LOSS_AGGS  # re-export: the registry filled below
+from .registry import get_loss_agg, register_loss_agg
 
 # Bound on |log ratio| before exp(): keeps the ratio finite in low precision; beyond it the
 # clipped objective is flat anyway.
 _LOG_RATIO_CLAMP = 20.0
+
+
+# ----------------------------------------------------------------------------- aggregations (LOSS_AGGS)
+
+
+@register_loss_agg("token_mean")
+def _token_mean(loss_tokens: Tensor, mask: Tensor, norm_len: float | None, divisor: float | Tensor | None) -> Tensor:
+    total = masked_sum(loss_tokens, mask)
+    count = masked_count(mask).clamp(min=1).to(total.dtype) if divisor is None else divisor
+    return total / count
+
+
+def _mean_over_sequences(row_loss: Tensor, row_count: Tensor, divisor: float | Tensor | None) -> Tensor:
+    """Mean of ``row_loss`` ``[B]`` over the rows with at least one policy token (or ``/ divisor``)."""
+    has_tokens = row_count > 0
+    total = zero_masked(row_loss, has_tokens).sum()
+    count = has_tokens.sum().clamp(min=1).to(total.dtype) if divisor is None else divisor
+    return total / count
+
+
+@register_loss_agg("seq_mean_token_mean")
+def _seq_mean_token_mean(
+    loss_tokens: Tensor, mask: Tensor, norm_len: float | None, divisor: float | Tensor | None
+) -> Tensor:
+    row_sum = masked_sum(loss_tokens, mask, dim=1)
+    row_count = masked_count(mask, dim=1)
+    return _mean_over_sequences(row_sum / row_count.clamp(min=1).to(row_sum.dtype), row_count, divisor)
+
+
+@register_loss_agg("seq_mean_token_sum")
+def _seq_mean_token_sum(
+    loss_tokens: Tensor, mask: Tensor, norm_len: float | None, divisor: float | Tensor | None
+) -> Tensor:
+    row_sum = masked_sum(loss_tokens, mask, dim=1)
+    row_loss = row_sum if norm_len is None else row_sum / norm_len
+    return _mean_over_sequences(row_loss, masked_count(mask, dim=1), divisor)
 
 
 def aggregate(
@@ -51,7 +91,8 @@ def aggregate(
     Args:
         loss_tokens: ``[B, T]`` float per-token losses (garbage allowed at masked positions).
         loss_mask: ``[B, T]`` bool/float, 1 = policy token.
-        mode: one of the three modes above.
+        mode: a name in ``LOSS_AGGS``: the three modes above, or one added with
+            ``@register_loss_agg`` (see :mod:`algorithms.registry`).
         norm_len: constant per-sequence divisor for ``"seq_mean_token_sum"`` (> 0).
         divisor: replaces the final divisor (token count for ``"token_mean"``, sequence count
             for the ``seq_*`` modes); pass the count over the *global* batch (all micro-batches
@@ -59,31 +100,21 @@ def aggregate(
 
     Returns:
         0-d fp32 tensor (fp64 for fp64 inputs).
+
+    Raises:
+        ValueError: unknown ``mode`` (the message lists the registered ones), mismatched shapes, or
+            ``norm_len`` given for a mode other than ``"seq_mean_token_sum"`` or <= 0.
     """
     check_2d("aggregate", "loss_tokens", loss_tokens)
     check_same_shape("aggregate", ("loss_tokens", loss_tokens), ("loss_mask", loss_mask))
-    if mode not in LOSS_AGGS:
-        raise ValueError(f"aggregate: `mode` must be one of {LOSS_AGGS}, got {mode!r}")
+    agg_fn = get_loss_agg(mode)
     if norm_len is not None and (mode != "seq_mean_token_sum" or norm_len <= 0):
         raise ValueError(
             f"aggregate: `norm_len` must be > 0 and is only used with mode='seq_mean_token_sum', got {norm_len}"
         )
     mask = as_bool_mask(loss_mask)
     loss_tokens = upcast(loss_tokens)  # a bf16 sum over ~1e6 tokens would lose the small terms
-    if mode == "token_mean":
-        total = masked_sum(loss_tokens, mask)
-        count = masked_count(mask).clamp(min=1).to(total.dtype) if divisor is None else divisor
-        return total / count
-    row_sum = masked_sum(loss_tokens, mask, dim=1)
-    row_count = masked_count(mask, dim=1)
-    if mode == "seq_mean_token_mean":
-        row_loss = row_sum / row_count.clamp(min=1).to(row_sum.dtype)
-    else:
-        row_loss = row_sum if norm_len is None else row_sum / norm_len
-    has_tokens = row_count > 0
-    total = zero_masked(row_loss, has_tokens).sum()
-    count = has_tokens.sum().clamp(min=1).to(total.dtype) if divisor is None else divisor
-    return total / count
+    return agg_fn(loss_tokens, mask, norm_len, divisor)
 
 
 def _check_token_inputs(func: str, loss_mask: Tensor, **tensors: Tensor) -> None:

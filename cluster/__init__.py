@@ -3,7 +3,7 @@ of a submitted job (`runtime_env`), and how a program starts or joins Ray (`ray_
 
 Importing this package does not import Ray."""
 
-from .roles import RoleSpec, ResourceFitError, check_fits, check_ray_cluster, plan_roles, total_resources
+from .roles import ResourceFitError, RoleSpec, check_fits, check_ray_cluster, plan_roles, total_resources
 from .runtime_env import absolute_path_overrides, job_runtime_env
 
 __all__ = [

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
+
+log = logging.getLogger(__name__)
 
 
 def init_ray(ray_cfg, **kwargs) -> bool:
@@ -11,6 +14,9 @@ def init_ray(ray_cfg, **kwargs) -> bool:
     Args:
         ray_cfg: `configs.schema.RayConfig`.
         **kwargs: extra `ray.init` arguments.
+
+    Ray's own driver messages and the actors' output reach the console only with `--verbose`
+    (`cluster.logs`); otherwise they are in Ray's session log folder, logged here.
     Returns:
         True when this call started a local cluster (the caller owns it and shuts it down).
     """
@@ -19,12 +25,18 @@ def init_ray(ray_cfg, **kwargs) -> bool:
     if ray.is_initialized():
         return False
     local = ray_cfg.address is None and not os.environ.get("RAY_ADDRESS")
-    opts = {"namespace": ray_cfg.namespace, "log_to_driver": True} | kwargs
+    from cluster.logs import verbose
+
+    loud = verbose()
+    opts = {"namespace": ray_cfg.namespace, "log_to_driver": loud,
+            "logging_level": logging.INFO if loud else logging.WARNING} | kwargs
     if local:
         opts |= {"include_dashboard": False}
         if ray_cfg.num_cpus:
             opts["num_cpus"] = ray_cfg.num_cpus
-        ray.init(**opts)
+        context = ray.init(**opts)
     else:
-        ray.init(address=ray_cfg.address or os.environ["RAY_ADDRESS"], **opts)
+        context = ray.init(address=ray_cfg.address or os.environ["RAY_ADDRESS"], **opts)
+    log.info("Ray %s at %s; actor logs in %s", "started" if local else "joined",
+             context.address_info.get("gcs_address"), context.address_info.get("session_dir"))
     return local

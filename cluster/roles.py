@@ -21,11 +21,6 @@ from typing import Any
 CPU, GPU, MEMORY = "CPU", "GPU", "memory"
 _EPS = 1e-6  # Ray keeps 4 decimals of fractional resources; sums of floats need a tolerance.
 
-# Recipes whose reward calls a frozen LLM (recipes.base.require_scorer), and the recipe option
-# that turns the call off (None = always on). pipelines.train starts the frozen actors this module counts.
-FROZEN_LLM_RECIPES: dict[str, str | None] = {"s3": None, "r_search": "evidence_reward"}
-
-
 class ResourceFitError(ValueError):
     """The cluster cannot hold the run's actors. `problems`: one line per short resource or role."""
 
@@ -50,7 +45,7 @@ class RoleSpec:
         gpus: GPUs per instance (fractions allowed).
         memory: bytes of Ray `memory` reserved per instance (0 = none; the config has no memory keys yet).
         strategy: "DEFAULT" = independent actors placed by Ray's scheduler; "PACK" = one placement
-            group of `count` bundles, packed onto as few nodes as possible (actors.learner_group).
+            group of `count` bundles, packed onto as few nodes as possible (actors.learner.group).
         keys: the config keys behind the numbers: {"count": ..., "cpus": ..., "gpus": ...}; a
             missing "count" means a fixed number of instances.
         detail: what the instances are, for people reading the plan.
@@ -89,28 +84,21 @@ class RoleSpec:
 
 
 def frozen_llm_count(cfg: Any) -> int:
-    """Frozen LLM actors the recipe's reward needs: 0, 1 (generator, also judging) or 2 (a separate
-    judge when `frozen.judge_model` names another model and s3's `use_judge` is on).
+    """Frozen LLM actors the recipe's reward needs (`Recipe.frozen_roles`): 0, 1 (the generator,
+    also judging and verifying) or 2 (a separate judge when the recipe calls one and
+    `frozen.judge_model` names another model than `frozen.model`).
 
     Looks at `train.recipe_options` merged with every stage's options (the largest count wins).
     """
-    recipe = cfg.train.recipe
-    if recipe not in FROZEN_LLM_RECIPES:
-        return 0
     from recipes import get_recipe  # pure Python; imported here to keep this module light
 
-    option_sets = [dict(cfg.train.recipe_options)]
-    option_sets += [dict(cfg.train.recipe_options) | dict(s.recipe_options) for s in cfg.train.stages]
-    count = 0
-    for options in option_sets:
-        rc = get_recipe(recipe, options).config
-        switch = FROZEN_LLM_RECIPES[recipe]
-        if switch is not None and not getattr(rc, switch):
-            continue
-        judge = cfg.frozen.judge_model
-        separate_judge = recipe == "s3" and rc.use_judge and judge is not None and judge != cfg.frozen.model
-        count = max(count, 2 if separate_judge else 1)
-    return count
+    roles: set[str] = set()
+    for options in cfg.train.option_sets():
+        roles.update(get_recipe(cfg.train.recipe, cfg.recipe_config(options)).frozen_roles())
+    if not roles:
+        return 0
+    judge = cfg.frozen.judge_model
+    return 2 if "judge" in roles and judge is not None and judge != cfg.frozen.model else 1
 
 
 def plan_roles(cfg: Any) -> list[RoleSpec]:

@@ -209,7 +209,6 @@ class LearnerConfig(StrictModel):
     logprob_chunk_tokens: int = Field(
         512, gt=0, description="Policy tokens per LM-head chunk (memory: chunk x vocab x 8 bytes)."
     )
-    temperature: float = Field(1.0, gt=0, description="Rollout sampling temperature (logits are divided by it).")
     seed: int = Field(0, description="Seed of model init (critic head) and mini-batch shuffling.")
     num_ranks: int = Field(1, gt=0, description="Data-parallel ranks (Ray actors) per learner.")
     cpus_per_rank: float = Field(1.0, ge=0, description="CPUs reserved per rank.")
@@ -284,8 +283,11 @@ class WandbConfig(StrictModel):
 class TrainConfig(StrictModel):
     """The training loop: recipe, batch sizes, schedule, evaluation and checkpoints."""
 
-    recipe: str = Field("s3", description="s3 | search_r1 | r1_searcher | r_search | eval_rar.")
-    recipe_options: dict[str, Any] = Field(default_factory=dict, description="Recipe config overrides (topk, max_turns, ...).")
+    recipe: str = Field("s3", description="A recipe of `recipes.RECIPES`: s3 | search_r1 | r1_searcher | r_search | eval_rar.")
+    recipe_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The recipe's config fields (its `config_cls`: max_turns, reward options, ...); top-k is retrieval.topk.",
+    )
     stages: list[StageConfig] = Field(default_factory=list, description="Staged schedule; empty = one stage of total_steps.")
     total_steps: int = Field(20, gt=0, description="Training steps (one rollout batch and one update each).")
     questions_per_step: int = Field(8, gt=0, description="Questions per step (x samples_per_prompt episodes).")
@@ -296,6 +298,60 @@ class TrainConfig(StrictModel):
     save_every: int = Field(10, ge=0, description="Checkpoint every N steps (and at the end); 0 = only at the end.")
     save_rollouts: bool = Field(True, description="Write each step's trajectories to rollouts/step-<n>.jsonl.gz.")
     wandb: WandbConfig = Field(default_factory=WandbConfig, description="wandb logging.")
+
+    @field_validator("recipe")
+    @classmethod
+    def _known_recipe(cls, v: str) -> str:
+        from recipes import RECIPES
+
+        if v not in RECIPES:
+            raise ValueError(f"unknown recipe {v!r}; choose one of {sorted(RECIPES)}")
+        return v
+
+    @field_validator("recipe_options")
+    @classmethod
+    def _recipe_options_valid(cls, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        if "recipe" in info.data:
+            check_recipe_options(info.data["recipe"], v)
+        return v
+
+    @field_validator("stages")
+    @classmethod
+    def _stage_options_valid(cls, v: list[StageConfig], info: ValidationInfo) -> list[StageConfig]:
+        if "recipe" in info.data and "recipe_options" in info.data:
+            for i, stage in enumerate(v):
+                try:
+                    check_recipe_options(info.data["recipe"], {**info.data["recipe_options"], **stage.recipe_options})
+                except ValueError as e:
+                    raise ValueError(f"stage {i}: {e}") from None
+        return v
+
+    def option_sets(self) -> list[dict[str, Any]]:
+        """`recipe_options` and, for each stage, `recipe_options` merged with the stage's options."""
+        return [dict(self.recipe_options)] + [{**self.recipe_options, **s.recipe_options} for s in self.stages]
+
+
+def check_recipe_options(recipe: str, options: dict[str, Any]) -> None:
+    """Validate recipe options against the recipe's typed config (`Recipe.config_cls`).
+
+    Raises:
+        ValueError: `topk` given (top-k is `retrieval.topk`, read by the pool and the recipe), or an
+            unknown or invalid option, naming it and the recipe's known options.
+    """
+    from pydantic import ValidationError
+
+    from recipes import RECIPES
+
+    if "topk" in options:
+        raise ValueError("topk: top-k is set once, by retrieval.topk (the retrieval pool and the recipe both read "
+                         "it); remove it here and set retrieval.topk")
+    config_cls = RECIPES[recipe].config_cls
+    try:
+        config_cls(**options)
+    except ValidationError as e:
+        known = ", ".join(f for f in config_cls.model_fields if f != "topk")
+        lines = [f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors()]
+        raise ValueError(f"recipe {recipe!r}: " + "; ".join(lines) + f" (its options: {known})") from None
 
 
 class Config(StrictModel):
@@ -315,3 +371,8 @@ class Config(StrictModel):
     frozen: FrozenLLMConfig = Field(default_factory=FrozenLLMConfig, description="Frozen generator / judge.")
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig, description="RL algorithm.")
     train: TrainConfig = Field(default_factory=TrainConfig, description="Training loop.")
+
+    def recipe_config(self, stage_options: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The recipe's config fields: `train.recipe_options`, then `stage_options`, with `topk` from
+        `retrieval.topk` (the one top-k setting)."""
+        return {**self.train.recipe_options, **(stage_options or {}), "topk": self.retrieval.topk}

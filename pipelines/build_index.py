@@ -4,7 +4,7 @@ Order of work (each shard is finished atomically, so an interrupted build resume
 unfinished shard):
 1. Count the corpus rows (streaming) and split them into `index.num_shards` contiguous ranges.
 2. For every unfinished shard: stream its rows into `docs.parquet`; embed them with Ray Data
-   `map_batches` over encoder actors (`actors.encoder.PassageEncoderUDF`); build its FAISS index
+   `map_batches` over encoder actors (`actors.retrieval.encoder.PassageEncoderUDF`); build its FAISS index
    (or its bm25s index); checksum its files; rename `shard-i.partial/` to `shard-i/`.
 3. Write `manifest.json` (encoder, dim, metric, normalization, prefixes, shards, checksums).
 """
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from actors.encoder import EncoderSpec
-from actors.index_store import (
+from actors.retrieval.encoder import EncoderSpec
+from actors.retrieval.index_store import (
     BM25_DIR,
     DOCS,
     FAISS_FILE,
@@ -101,7 +101,7 @@ def embed_docs(docs_path: Path, spec: EncoderSpec, num_actors: int, cpus_per_act
     import pyarrow.parquet as pq
     import ray
 
-    from actors.encoder import PassageEncoderUDF
+    from actors.retrieval.encoder import PassageEncoderUDF
 
     ray.data.DataContext.get_current().enable_progress_bars = False  # the build's own bar reports
     num_rows = pq.ParquetFile(docs_path).metadata.num_rows

@@ -20,8 +20,8 @@ import gzip
 import json
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from itertools import islice
+from pathlib import Path
 from typing import Any, Iterator
 
 ENV_VAR = "SEARCHRL_DATA"
@@ -251,13 +251,22 @@ def iter_corpus(path: str | Path, limit: int | None = None) -> Iterator[Passage]
 def _corpus_rows(path: Path) -> Iterator[Passage]:
     """Generator behind :func:`iter_corpus` (no limit)."""
     for line, rec in iter_records(path):
-        pid = _get_id(rec, path, line, _CORPUS_FORM)
-        if "text" not in rec and "contents" in rec:
-            title, text = split_contents(_get_str(rec, "contents", path, line, _CORPUS_FORM))
-        else:
-            title = _get_str(rec, "title", path, line, _CORPUS_FORM)
-            text = _get_str(rec, "text", path, line, _CORPUS_FORM)
-        yield Passage(pid, title, text)
+        yield Passage(*passage_fields(rec, path, line, _CORPUS_FORM))
+
+
+def passage_fields(rec: dict, path: Path, line: int, form: str = _CORPUS_FORM) -> tuple[str, str, str]:
+    """`(id, title, text)` of one corpus record: `{id, title, text}` or FlashRAG's `{id, contents}`
+    (contents `"Title"\ntext`, see `split_contents`).
+
+    Raises:
+        BadRowError: a missing or mistyped field, naming the file, the line and `form` (the expected shape).
+    """
+    pid = _get_id(rec, path, line, form)
+    if "text" not in rec and "contents" in rec:
+        title, text = split_contents(_get_str(rec, "contents", path, line, form))
+    else:
+        title, text = _get_str(rec, "title", path, line, form), _get_str(rec, "text", path, line, form)
+    return pid, title, text
 
 
 def _golden_answers(rec: dict, path: Path, line: int) -> tuple[str, ...]:

@@ -29,28 +29,24 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import random
-import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from actors.agent_loop import AgentLoop, RolloutLimits
-from actors.engine import Sampling
-from actors.rollout import RolloutWorker
-from recipes import get_recipe
+from actors.engines.spec import EngineSpec, engine_spec
 from recipes.base import ANSWER_PROMPT
 from recipes.metrics import cover_exact_match, exact_match, f1_score, span_check
+
+log = logging.getLogger(__name__)
 
 METHODS = ("direct", "naive_rag", "policy", "untrained")
 """Known method names; see the module docstring."""
 
 DEFAULT_METHODS = ("direct", "naive_rag", "policy")
-
-GENERATOR_ANSWERS = frozenset({"s3"})
-"""Recipes whose episodes end in a selected context, not an answer: the frozen generator answers."""
 
 ALL = "all"
 """The `dataset` of the row that pools every question of a method."""
@@ -259,54 +255,6 @@ def load_questions(qa_file: str | Path, data_dir: str | None = None, limit: int 
     return [examples[i] for i in sorted(picked)]
 
 
-# ----------------------------------------------------------------------------- worker
-
-
-class EvalWorker(RolloutWorker):
-    """A RolloutWorker that also returns each episode's final output as evaluation needs it
-    (`Trajectory.to_json` drops the Episode, hence the s3 documents)."""
-
-    async def run_final(
-        self,
-        examples: Sequence[Mapping[str, Any]],
-        recipe: str,
-        recipe_config: Mapping[str, Any] | None = None,
-        sampling: Mapping[str, Any] | None = None,
-        limits: Mapping[str, Any] | None = None,
-        chat: bool | None = None,
-    ) -> list[dict[str, Any]]:
-        """One episode per example, no reward. Returns per example `{id, dataset, question,
-        golden_answers, answer, context, searches, finish_reason}`: `context` is the formatted
-        selected documents for recipes in `GENERATOR_ANSWERS` (else None); `searches` counts
-        retrieval calls, the initial top-k included."""
-        engine = await self.holder.get()
-        rec = get_recipe(recipe, dict(recipe_config or {}))
-        loop = AgentLoop(engine, rec, self.searcher, Sampling(**dict(sampling or {})),
-                         RolloutLimits(**dict(limits or {})), chat=chat, compute_reward=False)
-        trajs = await loop.run_batch(list(examples), 1)
-        out = []
-        for ex, t in zip(examples, trajs):
-            ep = t.episode
-            final = ep.final or rec.final_output(ep)
-            out.append({
-                "id": str(ex.get("id", "")), "dataset": str(ex.get("dataset", "")), "question": ep.question,
-                "golden_answers": list(ep.golden_answers), "answer": final.answer,
-                "context": rec.format_docs(final.selected_docs) if recipe in GENERATOR_ANSWERS else None,
-                "searches": ep.num_searches + int(rec.initial_search), "finish_reason": ep.stop_reason,
-            })
-        return out
-
-
-def _engine_spec(backend: str, model: str, max_model_len: int, seed: int, gpu_memory_utilization: float,
-                 cpu_kv_cache_gib: float | None, tensor_parallel_size: int = 1) -> dict[str, Any]:
-    spec: dict[str, Any] = {"backend": backend, "model": model, "max_model_len": max_model_len, "seed": seed}
-    if backend == "vllm":
-        spec |= {"gpu_memory_utilization": gpu_memory_utilization, "tensor_parallel_size": tensor_parallel_size}
-        if cpu_kv_cache_gib is not None:
-            spec["cpu_kv_cache_gib"] = cpu_kv_cache_gib
-    return spec
-
-
 @dataclass(frozen=True)
 class _Plan:
     """One method: which engine runs which recipe with which settings."""
@@ -314,7 +262,7 @@ class _Plan:
     method: str
     recipe: str
     recipe_config: dict
-    spec: dict
+    spec: EngineSpec
     resources: dict
     limits: dict
     chat: bool | None
@@ -325,23 +273,16 @@ def plan_methods(cfg: Any, methods: Sequence[str], checkpoint: str | None) -> li
 
     Raises:
         EvaluationError: a bad checkpoint, `learner.model` / `frozen.model` naming a missing
-            directory, `train.recipe` unknown or `train.recipe_options` invalid.
+            directory, (recipe names and options are checked when the config loads).
     """
     policy_model = resolve_checkpoint(checkpoint) if checkpoint is not None else cfg.learner.model
     _check_model_field("learner.model", cfg.learner.model)
     _check_model_field("frozen.model", cfg.frozen.model)
     if cfg.frozen.judge_model:
         _check_model_field("frozen.judge_model", cfg.frozen.judge_model)
-    recipe_options = dict(cfg.train.recipe_options)
-    try:
-        topk = get_recipe(cfg.train.recipe, recipe_options).config.topk
-    except (KeyError, ValueError) as e:  # pydantic.ValidationError is a ValueError
-        msg = e.args[0] if isinstance(e, KeyError) else e
-        raise EvaluationError(f"train.recipe={cfg.train.recipe!r} / train.recipe_options={recipe_options}: "
-                              f"{msg}") from None
-    ro, fr = cfg.rollout, cfg.frozen
-    gen_spec = _engine_spec(fr.backend, fr.model, fr.max_model_len, cfg.seed, fr.gpu_memory_utilization,
-                            fr.cpu_kv_cache_gib)
+    recipe_options = cfg.recipe_config()
+    fr, ro = cfg.frozen, cfg.rollout
+    gen_spec = engine_spec(cfg, "generator")
     gen_res = {"num_cpus": fr.num_cpus, "num_gpus": fr.num_gpus}
     gen_limits = {"max_new_tokens_per_turn": fr.max_answer_tokens, "max_observation_tokens": ro.max_observation_tokens,
                   "max_total_tokens": fr.max_model_len}
@@ -350,18 +291,15 @@ def plan_methods(cfg: Any, methods: Sequence[str], checkpoint: str | None) -> li
                   "max_observation_tokens": ro.max_observation_tokens,
                   "max_total_tokens": min(ro.max_total_tokens, ro.max_model_len)}
 
-    def pol_spec(model: str) -> dict:
-        return _engine_spec(ro.backend, model, ro.max_model_len, cfg.seed, ro.gpu_memory_utilization,
-                            ro.cpu_kv_cache_gib, ro.tensor_parallel_size)
-
     plans = []
     for m in methods:
         if m in ("direct", "naive_rag"):
             # Chat as the frozen generator decides it (None = when its tokenizer has a template).
-            plans.append(_Plan(m, m, {"topk": topk}, gen_spec, gen_res, gen_limits, None))
+            plans.append(_Plan(m, m, {"topk": cfg.retrieval.topk}, gen_spec, gen_res, gen_limits, None))
         else:
             model = policy_model if m == "policy" else cfg.learner.model
-            plans.append(_Plan(m, cfg.train.recipe, recipe_options, pol_spec(model), pol_res, pol_limits, ro.chat))
+            plans.append(_Plan(m, cfg.train.recipe, recipe_options, engine_spec(cfg, "policy", model), pol_res,
+                               pol_limits, ro.chat))
     return plans
 
 
@@ -373,25 +311,6 @@ def _same_run(a: _Plan, b: _Plan) -> bool:
 
 
 # ----------------------------------------------------------------------------- orchestration
-
-
-def _log(msg: str) -> None:
-    print(f"[evaluate] {msg}", file=sys.stderr, flush=True)
-
-
-def _stop(ray: Any, handles: list, shutdown: bool = True) -> None:
-    """Free engines (`shutdown`, else vLLM leaves /dev/shm segments), then kill the actors."""
-    for h in handles:
-        if shutdown:
-            try:
-                ray.get(h.shutdown.remote(), timeout=120)
-            except Exception as e:  # noqa: BLE001 - report and keep shutting down
-                _log(f"warning: engine shutdown failed: {type(e).__name__}: {e}")
-        try:
-            ray.kill(h)
-        except Exception as e:  # noqa: BLE001
-            _log(f"warning: kill failed: {type(e).__name__}: {e}")
-    handles.clear()
 
 
 def _judge_flags(ray: Any, judge: Any, records: list[dict]) -> list[bool]:
@@ -417,7 +336,7 @@ def evaluate(
     pool: Any = None,
     generator: Any = None,
     judge: Any = None,
-    log: Callable[[str], None] = _log,
+    log: Callable[[str], None] = log.info,
 ) -> list[dict[str, Any]]:
     """Evaluate `methods` on `limit` questions of `qa_file`; write the results to `out_dir`.
 
@@ -447,10 +366,13 @@ def evaluate(
     """
     import ray
 
-    from actors.index_store import Manifest
-    from actors.retrieval import start_retrieval_pool
-    from actors.rollout import remote_frozen_llm
+    from actors.frozen.worker import start_frozen_llm
+    from actors.lifecycle import ActorSet
+    from actors.retrieval.index_store import Manifest
+    from actors.retrieval.pool import start_retrieval_pool
+    from actors.rollout.eval_worker import EvalWorker
     from cluster.ray_init import init_ray
+    from recipes import RECIPES
 
     names = parse_methods(methods)
     plans = plan_methods(cfg, names, str(checkpoint) if checkpoint is not None else None)
@@ -458,51 +380,34 @@ def evaluate(
     needs_pool = any(p.recipe != "direct" for p in plans)
     if needs_pool and pool is None:
         Manifest.load(cfg.index.dir)  # a missing / unfinished index fails before any actor starts
-    generator_answers = any(p.recipe in GENERATOR_ANSWERS for p in plans)
+    generator_answers = any(RECIPES[p.recipe].generator_answers for p in plans)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
     t_start = time.perf_counter()
     started_ray = init_ray(cfg.ray)
-    owned: list = []  # actors this call started and must stop (engines first)
+    actors = ActorSet()  # what this call started and must stop; handles passed in are never stopped
     try:
-        fr = cfg.frozen
-        frozen_cls = remote_frozen_llm(num_cpus=fr.num_cpus, num_gpus=fr.num_gpus)
-
-        def frozen_actor(model: str):
-            spec = _engine_spec(fr.backend, model, fr.max_model_len, cfg.seed, fr.gpu_memory_utilization,
-                                fr.cpu_kv_cache_gib)
-            handle = frozen_cls.remote(spec, max_answer_tokens=fr.max_answer_tokens)
-            owned.append(handle)
-            return handle
-
         # Frozen engines load while the pool starts and the first worker loads its engine.
-        if generator is None and (generator_answers or (judge is None and not fr.judge_model)):
-            generator = frozen_actor(fr.model)
+        if generator is None and (generator_answers or (judge is None and not cfg.frozen.judge_model)):
+            generator = start_frozen_llm(actors, cfg, "generator")
         if judge is None:
-            judge = frozen_actor(fr.judge_model) if fr.judge_model else generator
-        pending = [h.ready.remote() for h in {id(generator): generator, id(judge): judge}.values() if h is not None]
+            judge = start_frozen_llm(actors, cfg, "judge") if cfg.frozen.judge_model else generator
+        frozen = [h for h in {id(generator): generator, id(judge): judge}.values() if h is not None]
         if needs_pool and pool is None:
-            pool = start_retrieval_pool(cfg.index.dir, cfg.retrieval)
-            owned.append(pool)
+            pool = actors.adopt(start_retrieval_pool(cfg.index.dir, cfg.retrieval))
 
         # Methods sharing an engine share a worker; one worker (engine) is alive at a time.
         groups: dict[str, list[_Plan]] = {}
         for p in plans:
-            groups.setdefault(json.dumps({**p.spec, **p.resources}, sort_keys=True), []).append(p)
-        worker_cls_cache: dict[str, Any] = {}
+            groups.setdefault(json.dumps({**p.spec.model_dump(), **p.resources}, sort_keys=True), []).append(p)
         results: dict[str, list[dict]] = {}
         for group in groups.values():
-            res = group[0].resources
-            key = json.dumps(res, sort_keys=True)
-            if key not in worker_cls_cache:
-                worker_cls_cache[key] = ray.remote(max_concurrency=1000, **res)(EvalWorker)
-            t0 = time.perf_counter()
-            worker = worker_cls_cache[key].remote(group[0].spec, pool)
-            owned.append(worker)
-            ray.get([worker.ready.remote(), *pending])
-            pending = []
-            log(f"engine {group[0].spec['backend']}:{group[0].spec['model']} ready in {time.perf_counter() - t0:.0f} s")
+            t0, spec = time.perf_counter(), group[0].spec
+            worker = actors.start(EvalWorker, spec, pool, **group[0].resources)
+            actors.wait_ready([worker, *frozen], timeout_s=1800, what=f"evaluation engine {spec.model} and frozen LLMs")
+            frozen = []
+            log(f"engine {spec.backend}:{spec.model} ready in {time.perf_counter() - t0:.0f} s")
             for p in group:
                 same = next((q for q in plans if q.method in results and _same_run(p, q)), None)
                 if same is not None:  # greedy decoding: the same run gives the same episodes
@@ -513,18 +418,16 @@ def evaluate(
                 recs: list[dict] = []
                 for i in range(0, len(examples), _BATCH):
                     recs += ray.get(worker.run_final.remote(
-                        examples[i : i + _BATCH], p.recipe, p.recipe_config, {"temperature": 0.0, "seed": cfg.seed},
-                        p.limits, p.chat,
-                    ))
+                        examples[i : i + _BATCH], p.recipe, recipe_config=p.recipe_config,
+                        sampling={"temperature": 0.0, "seed": cfg.seed}, limits=p.limits, chat=p.chat))
                     log(f"{p.method} ({p.recipe}): {len(recs)}/{len(examples)} questions")
                 results[p.method] = recs
                 log(f"{p.method}: episodes done in {time.perf_counter() - t0:.0f} s")
-            _stop(ray, [worker])
-            owned.remove(worker)
+            actors.stop([worker])
 
         # s3: the frozen generator answers from the searcher's final context (Fig. 12 prompt).
         for p in plans:
-            if p.recipe in GENERATOR_ANSWERS:
+            if RECIPES[p.recipe].generator_answers:
                 recs = results[p.method]
                 answers = ray.get([generator.generate_answer.remote(r["question"], r["context"], ANSWER_PROMPT)
                                    for r in recs])
@@ -541,16 +444,13 @@ def evaluate(
                     f.write(json.dumps({"method": p.method, "recipe": p.recipe, **r, "gen_acc": flag}) + "\n")
         rows = compute_rows(rows_in)
     finally:
-        engines = [h for h in owned if h is not pool]
-        _stop(ray, engines)
-        if pool is not None and pool in owned:
-            _stop(ray, [pool], shutdown=False)
+        actors.stop()
         if started_ray:
             ray.shutdown()
 
     policy = next((p for p in plans if p.method == "policy"), None)
     title = (f"Evaluation on {Path(qa_file).name} ({len(examples)} questions): recipe {cfg.train.recipe}, "
-             f"policy {policy.spec['model'] if policy else '-'}, generator {cfg.frozen.model}, "
+             f"policy {policy.spec.model if policy else '-'}, generator {cfg.frozen.model}, "
              f"judge {cfg.frozen.judge_model or cfg.frozen.model}")
     (out / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
     (out / "results.md").write_text(format_markdown(rows, title))
@@ -559,7 +459,7 @@ def evaluate(
 
 
 __all__ = [
-    "ALL", "DEFAULT_METHODS", "EvalWorker", "EvaluationError", "GENERATOR_ANSWERS", "METHODS", "QARecord",
+    "ALL", "DEFAULT_METHODS", "EvaluationError", "METHODS", "QARecord",
     "compute_rows", "evaluate", "format_markdown", "load_questions", "parse_methods", "plan_methods",
     "resolve_checkpoint",
 ]

@@ -16,6 +16,7 @@ orders the work. One step:
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -26,7 +27,7 @@ import torch
 
 from configs.schema import Config
 
-TRAINABLE_RECIPES = ("s3", "search_r1", "r1_searcher", "r_search", "eval_rar")
+log = logging.getLogger(__name__)
 
 
 class TrainConfigError(ValueError):
@@ -39,14 +40,14 @@ def total_steps(cfg: Config) -> int:
 
 
 def stage_at(cfg: Config, step: int) -> tuple[int, dict[str, Any], str]:
-    """(stage index, recipe options, training QA file name) in force at `step` (0-based)."""
-    options, train_file = dict(cfg.train.recipe_options), cfg.data.train
+    """(stage index, recipe config, training QA file name) in force at `step` (0-based); the recipe
+    config is `Config.recipe_config` of the stage's options (top-k from `retrieval.topk`)."""
     end = 0
     for i, stage in enumerate(cfg.train.stages):
         end += stage.steps
         if step < end:
-            return i, {**options, **stage.recipe_options}, stage.train or train_file
-    return 0, options, train_file
+            return i, cfg.recipe_config(stage.recipe_options), stage.train or cfg.data.train
+    return 0, cfg.recipe_config(), cfg.data.train
 
 
 def batch_indices(step: int, per_step: int, num_questions: int, seed: int, shuffle: bool) -> list[int]:
@@ -64,17 +65,18 @@ def batch_indices(step: int, per_step: int, num_questions: int, seed: int, shuff
 
 
 def validate(cfg: Config) -> Config:
-    """Check what the schema cannot (cross-section rules) and return the config the run uses
-    (`learner.temperature` set to the rollout temperature).
+    """Check what the schema cannot (cross-section rules); returns `cfg`. Recipe names and options
+    are checked when the config loads (`configs.schema.TrainConfig`).
 
     Raises:
         TrainConfigError: naming the keys and the fix.
     """
     from recipes import RECIPES
 
-    if cfg.train.recipe not in TRAINABLE_RECIPES:
-        raise TrainConfigError(f"train.recipe must be one of {TRAINABLE_RECIPES} (got {cfg.train.recipe!r}; "
-                               f"{sorted(RECIPES)} are the recipes, direct/naive_rag are evaluation baselines)")
+    if not RECIPES[cfg.train.recipe].trainable:
+        trainable = sorted(name for name, cls in RECIPES.items() if cls.trainable)
+        raise TrainConfigError(f"train.recipe={cfg.train.recipe!r} is an evaluation baseline, nothing to train; "
+                               f"choose one of {trainable}")
     episodes = cfg.train.questions_per_step * cfg.rollout.samples_per_prompt
     if episodes % cfg.learner.mini_batch_size:
         raise TrainConfigError(
@@ -86,15 +88,7 @@ def validate(cfg: Config) -> Config:
     if not Path(cfg.index.dir).is_dir():
         raise TrainConfigError(f"index.dir={cfg.index.dir!r} has no index; build it: "
                                f".venv/bin/python -m scripts.build_index --config <config>")
-    from recipes import get_recipe
-
-    try:
-        for i in range(max(1, len(cfg.train.stages))):
-            get_recipe(cfg.train.recipe, stage_at(cfg, sum(s.steps for s in cfg.train.stages[:i]))[1])
-    except Exception as e:  # noqa: BLE001 - recipe option errors become config errors
-        raise TrainConfigError(f"train.recipe_options / stages: {e}") from e
-    learner = cfg.learner.model_copy(update={"temperature": cfg.rollout.temperature})
-    return cfg.model_copy(update={"learner": learner})
+    return cfg
 
 
 def new_run_dir(cfg: Config) -> Path:
@@ -114,9 +108,11 @@ class Trainer:
     """Owns the actors of one run and runs its steps (use `run()`; `close()` frees everything)."""
 
     def __init__(self, cfg: Config, run_dir: Path, progress: bool = True):
+        from actors.lifecycle import ActorSet
+
         self.cfg, self.run_dir, self.progress = cfg, run_dir, progress
+        self.actors = ActorSet()  # retrieval pool, frozen LLMs, reference model, rollout workers
         self.workers: list[Any] = []
-        self.frozen: list[Any] = []
         self.pool = self.policy = self.critic = self.reference = None
         self.tracker = None
         self._questions: dict[str, list[dict]] = {}
@@ -124,51 +120,27 @@ class Trainer:
     # -- setup ------------------------------------------------------------------------------------------
     def start(self) -> None:
         """Create every actor (retrieval pool, frozen LLMs, learners, reference, rollout workers)."""
-        from actors.learner_group import LearnerGroup, remote_reference_model
-        from actors.retrieval import start_retrieval_pool
-        from actors.rollout import remote_frozen_llm, remote_rollout_worker
+        from actors.frozen.worker import start_frozen_llm
+        from actors.learner.group import LearnerGroup
+        from actors.learner.reference import ReferenceModel
+        from actors.retrieval.pool import start_retrieval_pool
+        from actors.rollout.worker import start_rollout_workers
         from cluster.roles import frozen_llm_count
 
-        cfg = self.cfg
-        self.pool = start_retrieval_pool(cfg.index.dir, cfg.retrieval)
-        generator = judge = None
+        cfg, actors, temperature = self.cfg, self.actors, self.cfg.rollout.temperature
+        self.pool = actors.adopt(start_retrieval_pool(cfg.index.dir, cfg.retrieval))
         n_frozen = frozen_llm_count(cfg)  # the same count the resource plan reserved CPUs/GPUs for
-        if n_frozen:
-            fz = cfg.frozen
-            spec = {"backend": fz.backend, "model": fz.model, "max_model_len": fz.max_model_len,
-                    **self._engine_memory(fz.backend, fz.num_gpus, fz.gpu_memory_utilization, fz.cpu_kv_cache_gib)}
-            generator = remote_frozen_llm(fz.num_cpus, fz.num_gpus).remote(spec, chat=None,
-                                                                           max_answer_tokens=fz.max_answer_tokens)
-            self.frozen.append(generator)
-            judge = generator
-            if n_frozen == 2:
-                judge = remote_frozen_llm(fz.num_cpus, fz.num_gpus).remote({**spec, "model": fz.judge_model})
-                self.frozen.append(judge)
-        self.policy = LearnerGroup("policy", cfg.learner, name=f"searchrl-{self.run_dir.name}")
+        frozen = [start_frozen_llm(actors, cfg, role) for role in ("generator", "judge")[:n_frozen]]
+        generator, judge = (frozen + frozen)[:2] if frozen else (None, None)  # one actor judges too
+        name = f"searchrl-{self.run_dir.name}"
+        self.policy = LearnerGroup("policy", cfg.learner, name=name, temperature=temperature)
         if cfg.algorithm.needs_critic:
-            self.critic = LearnerGroup("critic", cfg.learner, name=f"searchrl-{self.run_dir.name}")
+            self.critic = LearnerGroup("critic", cfg.learner, name=name)
         if cfg.algorithm.kl_coef > 0:
-            self.reference = remote_reference_model(cfg.learner, num_cpus=cfg.learner.cpus_per_rank,
-                                                    num_gpus=cfg.learner.gpus_per_rank)
-        ro = cfg.rollout
-        spec = {"backend": ro.backend, "model": cfg.learner.model, "max_model_len": ro.max_model_len,
-                **self._engine_memory(ro.backend, ro.gpus_per_worker, ro.gpu_memory_utilization, ro.cpu_kv_cache_gib)}
-        if ro.backend == "vllm" and ro.tensor_parallel_size > 1:
-            spec["tensor_parallel_size"] = ro.tensor_parallel_size
-        self.workers = [remote_rollout_worker(ro.cpus_per_worker, ro.gpus_per_worker).remote(spec, self.pool, generator, judge)
-                        for _ in range(ro.num_workers)]
-        import ray
-
-        ray.get([w.ready.remote() for w in self.workers] + [f.ready.remote() for f in self.frozen])
-
-    @staticmethod
-    def _engine_memory(backend: str, gpus: float, gpu_util: float, cpu_kv_gib: float | None) -> dict[str, Any]:
-        """vLLM's memory options (the transformers fallback takes none)."""
-        if backend != "vllm":
-            return {}
-        if gpus > 0:
-            return {"gpu_memory_utilization": gpu_util}
-        return {"cpu_kv_cache_gib": cpu_kv_gib} if cpu_kv_gib else {}
+            self.reference = actors.start(ReferenceModel, cfg.learner, temperature=temperature, max_concurrency=None,
+                                          num_cpus=cfg.learner.cpus_per_rank, num_gpus=cfg.learner.gpus_per_rank)
+        self.workers = start_rollout_workers(actors, cfg, self.pool, generator, judge)
+        actors.wait_ready(self.workers + frozen, timeout_s=1800, what="rollout workers and frozen LLMs")
 
     def questions(self, file_name: str, limit: int | None) -> list[dict]:
         """Questions of a pack file as dicts (id, question, golden_answers, dataset, meta); cached."""
@@ -193,7 +165,8 @@ class Trainer:
         limits = {"max_new_tokens_per_turn": ro.max_new_tokens_per_turn,
                   "max_observation_tokens": ro.max_observation_tokens, "max_total_tokens": ro.max_total_tokens}
         parts = [list(examples[i :: len(self.workers)]) for i in range(len(self.workers))]
-        futures = [w.run.remote(part, self.cfg.train.recipe, recipe_options, n, sampling, limits, ro.chat, True)
+        futures = [w.run.remote(part, self.cfg.train.recipe, recipe_config=recipe_options, n=n, sampling=sampling,
+                                limits=limits, chat=ro.chat, compute_reward=True)
                    for w, part in zip(self.workers, parts) if part]
         return [t for result in ray.get(futures) for t in result]
 
@@ -201,7 +174,7 @@ class Trainer:
         """One training step (0-based `step`); returns its metrics."""
         import ray
 
-        from actors.learner_batch import make_train_batch
+        from actors.learner.batch import make_train_batch
         from algorithms import compute_advantages
         from pipelines.train_metrics import learner_metrics, rollout_metrics
 
@@ -289,35 +262,28 @@ class Trainer:
 
     @property
     def pad_token_id(self) -> int:
+        """The policy tokenizer's pad id (its EOS id when it has none, else 0); loaded once, then cached."""
         if not hasattr(self, "_pad"):
             from transformers import AutoTokenizer
 
-            from actors.models import resolve_model
+            from actors.engines.models import resolve_model
 
             tok = AutoTokenizer.from_pretrained(resolve_model(self.cfg.learner.model))
             self._pad = int(tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id or 0)
         return self._pad
 
     def close(self) -> None:
-        """Shut engines down before the actors go (vLLM and DeepSpeed leave /dev/shm files otherwise)."""
-        import ray
+        """Stop every actor of the run: learners, then the rest newest first (engines shut down before
+        their actors go: vLLM and DeepSpeed leave /dev/shm files otherwise)."""
+        from actors.learner.shm import sweep_stale_shm
 
-        for handle in self.workers + self.frozen:
-            try:
-                ray.get(handle.shutdown.remote(), timeout=120)
-            except Exception as e:  # noqa: BLE001 - keep shutting the rest down
-                print(f"warning: shutdown failed: {e}")
         for group in (self.policy, self.critic):
             if group is not None:
                 try:
                     group.shutdown()
-                except Exception as e:  # noqa: BLE001
-                    print(f"warning: learner shutdown failed: {e}")
-        for handle in self.workers + self.frozen + [self.reference, self.pool]:
-            if handle is not None:
-                ray.kill(handle)
-        from actors.shm import sweep_stale_shm
-
+                except Exception as e:  # noqa: BLE001 - keep shutting the rest down
+                    log.warning("learner shutdown failed: %s: %s", type(e).__name__, e)
+        self.actors.stop()
         sweep_stale_shm()  # what a killed engine or rank left in /dev/shm
 
 
@@ -342,6 +308,7 @@ def train(cfg: Config, resume: str | Path | None = None, progress: bool = True) 
         TrainConfigError: a config that cannot train (before any actor starts).
         FileNotFoundError: `resume` has no complete checkpoint.
     """
+    from cluster.logs import add_run_log, remove_run_log
     from cluster.ray_init import init_ray
     from pipelines.tracking import Tracker
 
@@ -355,6 +322,7 @@ def train(cfg: Config, resume: str | Path | None = None, progress: bool = True) 
     else:
         run_dir = new_run_dir(cfg)
     (run_dir / "config.yaml").write_text(cfg_to_yaml(cfg))
+    log.info("run directory %s (log: %s)", run_dir, add_run_log(run_dir))
     started = init_ray(cfg.ray)
     trainer = Trainer(cfg, run_dir, progress)
     try:
@@ -376,6 +344,7 @@ def train(cfg: Config, resume: str | Path | None = None, progress: bool = True) 
             import ray
 
             ray.shutdown()
+        remove_run_log(run_dir)
     return run_dir
 
 

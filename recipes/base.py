@@ -279,14 +279,23 @@ class Recipe(ABC):
     """A search-agent method. Subclasses set `name`, `config_cls`, `stop_strings` and implement
     `build_prompt`, `parse`, `observation_text` and `reward`.
 
-    `initial_search`: the method starts from top-k documents for the question (s3 "begin with
-    search", naive RAG); the rollout fetches them and passes `initial_docs` to `start`.
+    What a recipe declares, so that pipelines and the cluster plan never list recipe names:
+
+    - `initial_search`: the method starts from top-k documents for the question (s3 "begin with
+      search", naive RAG); the rollout fetches them and passes `initial_docs` to `start`.
+    - `trainable`: RL trains a policy on it (False for the direct / naive-RAG baselines).
+    - `generator_answers`: episodes end in a selected context, not an answer; the frozen generator
+      answers from it at evaluation (s3).
+    - `frozen_roles()`: the frozen LLMs its reward calls under its config ("generator", "judge",
+      "verifier"; `actors.engines.spec.engine_spec` builds their engines).
     """
 
     name: ClassVar[str]
     config_cls: ClassVar[type[RecipeConfig]] = RecipeConfig
     stop_strings: ClassVar[tuple[str, ...]] = ()
     initial_search: ClassVar[bool] = False
+    trainable: ClassVar[bool] = True
+    generator_answers: ClassVar[bool] = False
 
     def __init__(self, config: RecipeConfig | Mapping[str, Any] | None = None, **overrides: Any):
         """`config`: this recipe's config or a dict of its fields; `overrides`: fields to replace.
@@ -299,6 +308,10 @@ class Recipe(ABC):
         else:
             data = dict(config or {})
         self.config = self.config_cls(**{**data, **overrides})
+
+    def frozen_roles(self) -> tuple[str, ...]:
+        """Frozen LLM roles this recipe's reward calls under its config; () = rule rewards only."""
+        return ()
 
     # -- prompt ---------------------------------------------------------------------------
 

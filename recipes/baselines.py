@@ -44,6 +44,7 @@ class BaselineConfig(RecipeConfig):
 
 class _SingleTurn(Recipe):
     config_cls = BaselineConfig
+    trainable = False  # evaluation baselines: the frozen generator answers, nothing is trained
     stop_strings = ("\n\n", "\nQuestion:")
 
     def _prompt(self, text: str, chat: bool) -> Prompt:

@@ -62,6 +62,10 @@ class RSearch(TaggedSearchRecipe):
     observation_tags = ("<observation>", "</observation>")
     stop_strings = TaggedSearchRecipe.default_stop_strings()
 
+    def frozen_roles(self) -> tuple[str, ...]:
+        """The cross-family verifier answers from the evidence (Eq. 4) when `evidence_reward`."""
+        return ("verifier",) if self.config.evidence_reward else ()
+
     def build_prompt(self, question: str, initial_docs: Sequence[Doc], chat: bool) -> Prompt:
         # Table 1: the question is appended after the system template.
         messages = ({"role": "system", "content": SYSTEM}, {"role": "user", "content": question})

@@ -26,7 +26,6 @@ from pydantic import Field
 
 from recipes.base import (
     ANSWER_PROMPT,
-    format_docs,
     Action,
     Complete,
     Doc,
@@ -34,12 +33,13 @@ from recipes.base import (
     FinalOutput,
     Invalid,
     Prompt,
-    RecipeConfig,
     Recipe,
+    RecipeConfig,
     RewardBreakdown,
     Scorer,
     Search,
     Select,
+    format_docs,
     require_scorer,
 )
 from recipes.metrics import gen_acc, normalize_answer
@@ -180,6 +180,12 @@ class S3(Recipe):
     config_cls = S3Config
     stop_strings = ("</query>", "</search_complete>")
     initial_search = True
+    generator_answers = True  # the searcher selects documents; the frozen generator answers (s3 §3)
+
+    def frozen_roles(self) -> tuple[str, ...]:
+        """The generator answers from the s3 and naive-RAG contexts; the judge decides GenAcc when
+        `use_judge` (Eq. 3)."""
+        return ("generator", "judge") if self.config.use_judge else ("generator",)
 
     def __init__(self, config: RecipeConfig | Mapping[str, Any] | None = None, **overrides: Any):
         super().__init__(config, **overrides)

@@ -47,10 +47,17 @@ def real_text_trajectories(cfg, tokenizer, seqs: int, response_tokens: int, seed
 
 
 def bench_ranks(cfg, ranks: int, batch, steps: int, rollout_worker) -> dict:
+    """Time `steps` GRPO updates of a `ranks`-rank policy `LearnerGroup` on `batch` (the first is a
+    warm-up, untimed unless it is the only one), then one weight sync into `rollout_worker` (None: none).
+
+    Returns:
+        {"ranks", "torch_threads", "update_s" (seconds per update), "policy_tokens", "tokens_per_s",
+        "peak_memory_bytes_per_rank", "sync" ({} without a worker), "steps" (every step's metrics)}.
+    """
     import ray
     import torch
 
-    from actors.learner_group import LearnerGroup
+    from actors.learner.group import LearnerGroup
     from algorithms import AlgorithmConfig, grpo_advantages
 
     update = {"num_ranks": ranks, "mini_batch_size": batch.size}
@@ -81,6 +88,10 @@ def bench_ranks(cfg, ranks: int, batch, steps: int, rollout_worker) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Entry point: benchmark the policy learner (update tokens/s, peak memory per rank, weight-sync seconds).
+
+    Usage: SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.bench_learner [--seqs 8] [--ranks 1,2] [key=value ...]
+    """
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seqs", type=int, default=8, help="sequences per update (one mini-batch)")
     parser.add_argument("--response-tokens", type=int, default=256, help="response length (tokens)")
@@ -92,8 +103,11 @@ def main(argv: list[str] | None = None) -> None:
     import ray
     from transformers import AutoTokenizer
 
-    from actors.learner_batch import make_train_batch
-    from actors.models import resolve_model
+    from actors.engines.models import resolve_model
+    from actors.engines.spec import EngineSpec
+    from actors.learner.batch import make_train_batch
+    from actors.lifecycle import ActorSet
+    from actors.rollout.worker import RolloutWorker
     from cluster.ray_init import init_ray
 
     with user_errors():
@@ -101,18 +115,15 @@ def main(argv: list[str] | None = None) -> None:
         batch = make_train_batch(real_text_trajectories(cfg, tokenizer, args.seqs, args.response_tokens),
                                  tokenizer.pad_token_id or 0)
         started = init_ray(cfg.ray)
-        worker = None
+        actors, worker = ActorSet(), None
         try:
             if not args.no_sync:
-                from actors.rollout import remote_rollout_worker
-
-                worker = remote_rollout_worker(num_cpus=0.5).remote(
-                    {"backend": "vllm", "model": cfg.learner.model, "max_model_len": 2048}, None)
-                ray.get(worker.ready.remote())
+                worker = actors.start(RolloutWorker, EngineSpec(backend="vllm", model=cfg.learner.model, max_model_len=2048),
+                                      None, num_cpus=0.5)
+                actors.wait_ready([worker], what="the rollout worker")
             results = [bench_ranks(cfg, int(r), batch, args.steps, worker) for r in args.ranks.split(",")]
         finally:
-            if worker is not None:
-                ray.get(worker.shutdown.remote())
+            actors.stop()
             if started:
                 ray.shutdown()
     by_ranks = {r["ranks"]: r for r in results}
@@ -131,6 +142,7 @@ def main(argv: list[str] | None = None) -> None:
               f"peak GiB per rank [{peak}], sync {r['sync'].get('sync_s', float('nan')):.1f} s")
 
     def fmt(x):
+        """`x` with 2 decimals; "nan" for None."""
         return "nan" if x is None else f"{x:.2f}"
 
     print(f"learner: tokens_per_s_1rank={fmt(by_ranks.get(1, {}).get('tokens_per_s'))} "

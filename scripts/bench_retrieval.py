@@ -34,6 +34,7 @@ K = 5
 
 
 def percentile_ms(latencies: list[float], q: float) -> float:
+    """The `q`-th percentile (0-100) of `latencies` (seconds), in milliseconds."""
     return float(np.percentile(np.asarray(latencies) * 1000.0, q))
 
 
@@ -49,8 +50,8 @@ class FlatBaseline:
         import faiss
         import pyarrow.parquet as pq
 
-        from actors.encoder import EncoderSpec, TextEncoder
-        from actors.index_store import load_shard_vectors
+        from actors.retrieval.encoder import EncoderSpec, TextEncoder
+        from actors.retrieval.index_store import load_shard_vectors
 
         vectors = load_shard_vectors(index_dir)
         self.index = faiss.IndexFlatIP(vectors.shape[1])
@@ -62,12 +63,15 @@ class FlatBaseline:
             self.docs += [{"doc_id": i, "title": ti, "text": tx} for i, ti, tx in zip(t["id"], t["title"], t["text"])]
 
     def search(self, queries: list[str], k: int):
+        """Encode and search `queries`: (scores `[n, k]` float32, ids `[n, k]` int64 corpus rows (-1 =
+        none), hits: per query a list of {doc_id, title, text, score}, best first)."""
         scores, ids = self.index.search(self.encoder.encode_queries(queries), k)
         hits = [[{**self.docs[j], "score": float(s)} for s, j in zip(srow, irow) if j >= 0] for srow, irow in zip(scores, ids)]
         return scores, ids, hits
 
 
 def bench_baseline(baseline: FlatBaseline, queries: list[str]) -> dict:
+    """Serve `queries` one per request, one after another, top-K. Returns {"qps", "p50_ms", "p99_ms"}."""
     latencies = []
     t0 = time.perf_counter()
     for q in queries:
@@ -79,6 +83,7 @@ def bench_baseline(baseline: FlatBaseline, queries: list[str]) -> dict:
 
 
 def bench_baseline_batched(baseline: FlatBaseline, queries: list[str], batch: int = 64) -> dict:
+    """Serve `queries` `batch` per request, top-K. Returns {"qps", "batch", "p50_ms_per_request"}."""
     latencies = []
     t0 = time.perf_counter()
     for i in range(0, len(queries), batch):
@@ -94,6 +99,7 @@ async def _callers(pool, queries: list[str], concurrency: int) -> tuple[float, l
     latencies: list[float] = []
 
     async def caller():
+        """Search queries from the shared iterator, one per pool call, until it is empty; record latencies (s)."""
         for q in todo:  # callers share one iterator: each query is asked once
             t = time.perf_counter()
             await pool.search.remote([q], K)
@@ -105,6 +111,11 @@ async def _callers(pool, queries: list[str], concurrency: int) -> tuple[float, l
 
 
 def bench_pool(pool, queries: list[str], concurrency: int) -> dict:
+    """Search every query once through the pool from `concurrency` callers of one query at a time.
+
+    Returns:
+        {"concurrency", "qps", "p50_ms", "p99_ms", "mean_batch_queries" (queries per pool micro-batch)}.
+    """
     import ray
 
     before = ray.get(pool.get_stats.remote())
@@ -121,9 +132,15 @@ def bench_pool(pool, queries: list[str], concurrency: int) -> dict:
 
 
 def check_exactness_and_recall(pool, baseline: FlatBaseline, examples) -> dict:
+    """Compare the pool's top-K with the flat baseline's on every question (same ids and order up to
+    ties, scores within 1e-4) and measure recall@5 (a gold answer span in the top 5).
+
+    Returns:
+        {"exact_match_vs_flat", "identical_id_positions", "recall_at_5", "questions", "max_abs_score_diff"}.
+    """
     import ray
 
-    from actors.retrieval import same_topk
+    from actors.retrieval.shard import same_topk
     from recipes.metrics import span_check
 
     questions = [ex.question for ex in examples]
@@ -142,11 +159,15 @@ def check_exactness_and_recall(pool, baseline: FlatBaseline, examples) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Entry point: benchmark the RetrievalPool against a one-process flat-index server (exit 2: index not flat).
+
+    Usage: SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.bench_retrieval [--config ...] [key=value ...]
+    """
     parser = argparse.ArgumentParser(prog="python -m scripts.bench_retrieval", description=__doc__.splitlines()[0])
     parser.add_argument("--queries", type=int, default=512, help="queries per throughput measurement (default 512)")
     parser.add_argument("--out", default=None, help="JSON output (default <index.dir>/bench_retrieval.json)")
     args, cfg = parse_config(parser, argv)
-    from actors.index_store import Manifest
+    from actors.retrieval.index_store import Manifest
     from pipelines.data import iter_qa, pack_file
 
     with user_errors():
@@ -158,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import ray
 
-    from actors.retrieval import start_retrieval_pool
+    from actors.retrieval.pool import start_retrieval_pool
     from cluster.ray_init import init_ray
 
     index_dir = Path(cfg.index.dir)
@@ -168,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
                     "encoder": manifest.encoder["model"], "k": K, "queries_per_measurement": len(bench_q)}
 
     print(f"baseline: loading one flat index over {manifest.num_docs} passages ...", flush=True)
-    from actors.index_store import tune_faiss
+    from actors.retrieval.index_store import tune_faiss
 
     baseline = FlatBaseline(index_dir, manifest, cfg.retrieval.query_batch_size)  # encodes as the pool does
     baseline.search(bench_q[:8], K)  # warm up

@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import json
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from scripts.cli import parse_config, user_errors
@@ -32,9 +31,10 @@ from scripts.cli import parse_config, user_errors
 
 def tokens_after_stop(tokenizer, traj, stops: tuple[str, ...]) -> int:
     """Generated tokens that follow the token completing a stop string, summed over turns."""
-    from actors.agent_loop import stop_prefix_length
+    from actors.rollout.agent_loop import stop_prefix_length
 
     def decode(ids):
+        """Text of token ids, special tokens skipped."""
         return tokenizer.decode(list(ids), skip_special_tokens=True)
 
     extra, pos = 0, 0
@@ -48,6 +48,8 @@ def tokens_after_stop(tokenizer, traj, stops: tuple[str, ...]) -> int:
 
 
 async def measure(loop, examples, mode: str) -> tuple[float, list]:
+    """Run `examples` once in `mode` ("async", "sync" or "sync_barrier") after emptying the engine's
+    prefix cache. Returns (seconds, trajectories)."""
     # Same seed in every run (sampling is seeded per question, sample and turn), so every mode samples
     # the same tokens and does the same work; the prefix cache is emptied so no run is served from
     # an earlier one.
@@ -62,23 +64,24 @@ async def measure(loop, examples, mode: str) -> tuple[float, list]:
 
 
 async def bench(cfg, args) -> dict:
-    from actors.agent_loop import AgentLoop, RolloutLimits, pool_searcher
-    from actors.engine import Sampling
-    from actors.engine_factory import make_engine
-    from actors.retrieval import start_retrieval_pool
+    """Start the pool and engine, warm up, run the modes in ABCCBA order and return the result: episodes/s
+    per mode, `speedup` (async / sync), `speedup_over_barrier`, `tokens_after_stop`, `same_trajectories`, runs."""
+    from actors.engines.base import Sampling
+    from actors.engines.spec import EngineSpec, make_engine
+    from actors.retrieval.pool import start_retrieval_pool
+    from actors.rollout.agent_loop import AgentLoop, RolloutLimits, pool_searcher
     from pipelines.data import iter_qa, pack_file
     from recipes import get_recipe
 
     examples = list(iter_qa(pack_file(cfg.data.dev, cfg.data.dir), limit=args.questions))
     pool = start_retrieval_pool(cfg.index.dir, cfg.retrieval)
-    engine = make_engine(args.backend, args.model, max_model_len=4096)
+    engine = make_engine(EngineSpec(backend=args.backend, model=args.model, max_model_len=4096))
     try:
         recipe = get_recipe(args.recipe, max_turns=args.max_turns)
         limits = RolloutLimits(max_new_tokens_per_turn=args.max_new_tokens, max_total_tokens=4096)
         loop = AgentLoop(engine, recipe, pool_searcher(pool), Sampling(temperature=1.0, seed=11), limits,
                          chat=False, compute_reward=False)
         await loop.run_batch(examples[:2])  # warm up engine and pool
-        results = {}
         order = ("sync", "sync_barrier", "async", "async", "sync_barrier", "sync")
         runs: dict[str, list[dict]] = {}
         for mode in order:
@@ -115,6 +118,10 @@ async def bench(cfg, args) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Entry point: benchmark the async agent loop against the seed papers' turn-synchronous loop.
+
+    Usage: SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.bench_rollout [--questions 16] [--recipe search_r1] [key=value ...]
+    """
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--questions", type=int, default=16, help="dev questions (count)")
     parser.add_argument("--recipe", default="search_r1")

@@ -16,6 +16,10 @@ from scripts.cli import parse_config, user_errors
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Entry point: build (or resume) the sharded retrieval index of a config.
+
+    Usage: .venv/bin/python -m scripts.build_index [--config configs/retrieval_cpu.yaml] [key=value ...]
+    """
     parser = argparse.ArgumentParser(prog="python -m scripts.build_index", description=__doc__.splitlines()[0])
     _, cfg = parse_config(parser, argv)
     with user_errors():

@@ -1,5 +1,6 @@
 """What every entry point under scripts/ shares: config from `--config` + `key=value` overrides,
-and user mistakes (bad config, missing data pack or index) reported as one `error:` line, exit 2."""
+`--verbose` and the logging setup (`cluster.logs`), and user mistakes (bad config, missing data pack
+or index) reported as one `error:` line, exit 2."""
 
 from __future__ import annotations
 
@@ -11,23 +12,34 @@ from configs import DEFAULT_CONFIG, Config, ConfigError, add_config_args, config
 
 
 def parse_config(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> tuple[argparse.Namespace, Config]:
-    """Add `--config`/overrides to `parser`, parse `argv`, load and validate the config.
+    """Add `--config`/overrides and `--verbose` to `parser`, parse `argv`, set up logging
+    (`cluster.logs.setup_logging`), load and validate the config.
 
     Exits with status 2 and an `error:` line naming the dotted key when the config is invalid.
     """
+    from cluster.logs import setup_logging
+
     add_config_args(parser, default_config=str(DEFAULT_CONFIG))
+    add_verbose_arg(parser)
     args = parser.parse_intermixed_args(argv)  # flags may follow key=value overrides
+    setup_logging(args.verbose)
     try:
         return args, config_from_args(args)
     except ConfigError as e:
         parser.exit(2, f"error: {e}\n")
 
 
+def add_verbose_arg(parser: argparse.ArgumentParser) -> None:
+    """`--verbose`: Ray's, vLLM's and the actors' messages on the console too (else only in the logs)."""
+    parser.add_argument("--verbose", action="store_true",
+                        help="show Ray's, vLLM's and the actors' messages on the console (default: only in the logs)")
+
+
 @contextlib.contextmanager
 def user_errors():
     """Turn the errors a user can fix (missing data pack or index, bad rows, bad config) into
     `error: <message>` on stderr and exit status 2, without a traceback."""
-    from actors.index_store import IndexFormatError
+    from actors.retrieval.index_store import IndexFormatError
     from pipelines.data import BadRowError, DataPackError
 
     try:

@@ -60,6 +60,10 @@ def cluster_report(cfg) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Entry point: report the Ray cluster's resources and whether the config's role plan fits (exit 0 fits, 1 not).
+
+    Usage: .venv/bin/python -m scripts.cluster_check [--address auto] [--config PATH] [KEY=VALUE ...]
+    """
     parser = argparse.ArgumentParser(prog="python -m scripts.cluster_check", description=__doc__.splitlines()[0])
     parser.add_argument("--address", default="auto", help="Ray cluster to join (default: auto = the running one)")
     args, cfg = parse_config(parser, argv)

@@ -20,6 +20,11 @@ from scripts.cli import parse_config, user_errors
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Entry point: evaluate a checkpoint and the baselines on a QA file and print the results table.
+
+    Usage: .venv/bin/python -m scripts.evaluate --config CONFIG [--checkpoint DIR] --qa FILE --out DIR
+        [--limit N [--sample]] [--methods direct,naive_rag,policy] [key=value ...]
+    """
     parser = argparse.ArgumentParser(prog="python -m scripts.evaluate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", default=None, metavar="DIR",

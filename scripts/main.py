@@ -15,16 +15,22 @@ Starts and stops its own local Ray cluster (unless `ray.address` / RAY_ADDRESS n
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
-from pathlib import Path
 
 from scripts.cli import parse_config, user_errors
 
 DEFAULT_CONFIG = "configs/s3_cpu.yaml"
 
+log = logging.getLogger(__name__)
+
 
 def main(argv: list[str] | None = None) -> int:
+    """Entry point: build the index (once), train a searcher, evaluate it against the baselines.
+
+    Usage: SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.main [--config configs/s3_cpu.yaml] [--eval-limit 64] [key=value ...]
+    """
     parser = argparse.ArgumentParser(prog="python -m scripts.main", description=__doc__.splitlines()[0])
     parser.add_argument("--eval-limit", type=int, default=64,
                         help="test questions to evaluate on (count; a seeded sample spread over the datasets)")
@@ -46,8 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with user_errors():
             manifest = build_index(cfg)
-            print(f"index ready: {cfg.index.dir} ({manifest.num_docs} passages) after {time.perf_counter() - t0:.0f} s",
-                  flush=True)
+            log.info("index ready: %s (%d passages) after %.0f s", cfg.index.dir, manifest.num_docs,
+                     time.perf_counter() - t0)
             try:
                 validate(cfg)
                 t1 = time.perf_counter()

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m scripts.prepare_data s3 [--split train | --input FILE] [--out FILE.jsonl.gz] [key=value ...]
     .venv/bin/python -m scripts.prepare_data r1_difficulty [--split train | --input FILE] [--out-dir DIR] [--n 8] ...
-    .venv/bin/python -m scripts.prepare_data import_flashrag (--qa FILE --dataset NAME | --corpus FILE) --out FILE.jsonl.gz
+    .venv/bin/python -m scripts.prepare_data import_flashrag (--qa FILE --dataset NAME | --corpus FILE) --out F.jsonl.gz
 
 s3: drops yes/no questions and questions the frozen generator already answers from naive top-k
 RAG (s3 §4.1); kept rows get `rag_gen_acc`. Baselines are cached (`<out>.cache.jsonl`): a rerun
@@ -13,7 +13,7 @@ until a correct answer; easy < 10 rollouts, medium 10-20, hard > 20 (R1-Searcher
 Table-1 mix per stage. Writes difficulty.jsonl.gz, stage1/stage2.jsonl.gz, cache.jsonl and
 report.json to --out-dir.
 
-Config: --config and key=value overrides (index.dir, retrieval.*, frozen.*, rollout.*, learner.model,
+Config: --config and key=value overrides (index.dir, retrieval.* incl. topk, frozen.*, rollout.*, learner.model,
 train.recipe_options when train.recipe matches, seed, ray.*). Mistakes exit 2 with one `error:` line,
 before any actor starts.
 """
@@ -41,17 +41,20 @@ def _chat(value: str) -> bool | None:
 def _mapping(value: str) -> tuple[str, str]:
     name, sep, target = value.partition("=")
     if not sep or not name.strip() or not target.strip():
-        raise argparse.ArgumentTypeError(f"expected NAME=TABLE_DATASET (e.g. hotpotqa+2wiki_train=hotpotqa), got {value!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=TABLE_DATASET (e.g. hotpotqa+2wiki_train=hotpotqa), got {value!r}")
     return name.strip(), target.strip()
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The CLI parser: subcommands s3, r1_difficulty and import_flashrag, each with config options."""
     head, _, rest = __doc__.partition("\n")
     parser = argparse.ArgumentParser(prog="python -m scripts.prepare_data", description=head,
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=rest)
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="{s3,r1_difficulty,import_flashrag}")
 
     def source_args(p: argparse.ArgumentParser) -> None:
+        """Add the input options to `p`: --split or --input (exclusive), and --limit."""
         src = p.add_mutually_exclusive_group()
         src.add_argument("--split", choices=SPLITS, default=None, help="data pack split (default train; data.<split>)")
         src.add_argument("--input", default=None, help="a QA file (pack or FlashRAG format) instead of a pack split")
@@ -113,7 +116,8 @@ def _input_file(args, cfg) -> tuple[Path, str]:
 
 
 def _stages(text: str) -> list[int]:
-    from pipelines.prepare_data import R1_TABLE1, PrepareError
+    from pipelines.prepare.common import PrepareError
+    from pipelines.prepare.r1_difficulty import R1_TABLE1
 
     try:
         stages = sorted({int(s) for s in text.split(",") if s.strip()})
@@ -126,45 +130,56 @@ def _stages(text: str) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Entry point: prepare a training set (s3 filter, R1-Searcher difficulty, FlashRAG import); exit 2 on mistakes.
+
+    Usage: .venv/bin/python -m scripts.prepare_data s3 [--split train | --input FILE] [--out FILE.jsonl.gz] [key=value ...]
+       or: .venv/bin/python -m scripts.prepare_data r1_difficulty [--split train | --input FILE] [--out-dir DIR] [--n 8] ...
+       or: .venv/bin/python -m scripts.prepare_data import_flashrag (--qa FILE --dataset NAME | --corpus FILE) --out F.jsonl.gz
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         cfg = config_from_args(args)
     except ConfigError as e:
         parser.exit(2, f"error: {e}\n")
-    from pipelines import prepare_data as prep
+    from pipelines.prepare.common import PrepareError
+    from pipelines.prepare.flashrag import import_flashrag_corpus, import_flashrag_qa
+    from pipelines.prepare.r1_difficulty import prepare_r1_difficulty
+    from pipelines.prepare.s3_filter import prepare_s3
 
     def say(msg: str) -> None:
+        """Print a progress line, flushed."""
         print(msg, flush=True)
 
     try:
         with user_errors():
             if args.limit is not None and args.limit < 0:
-                raise prep.PrepareError(f"--limit must be >= 0, got {args.limit}")
+                raise PrepareError(f"--limit must be >= 0, got {args.limit}")
             if args.cmd == "import_flashrag":
                 if args.qa:
                     if not args.dataset:
-                        raise prep.PrepareError("--qa needs --dataset NAME (the rows' source, e.g. --dataset nq)")
-                    report = prep.import_flashrag_qa(args.qa, args.out, args.dataset, limit=args.limit,
-                                                     prefix_ids=not args.no_prefix_ids)
+                        raise PrepareError("--qa needs --dataset NAME (the rows' source, e.g. --dataset nq)")
+                    report = import_flashrag_qa(args.qa, args.out, args.dataset, limit=args.limit,
+                                                prefix_ids=not args.no_prefix_ids)
                 else:
-                    report = prep.import_flashrag_corpus(args.corpus, args.out, limit=args.limit)
+                    report = import_flashrag_corpus(args.corpus, args.out, limit=args.limit)
             elif args.cmd == "s3":
                 src, name = _input_file(args, cfg)
                 out = Path(args.out) if args.out else Path(cfg.run_dir) / "prepared" / f"s3_{name}.jsonl.gz"
-                report = prep.prepare_s3(cfg, src, out, cache_path=args.cache, report_path=args.report,
-                                         limit=args.limit, concurrency=args.concurrency, chat=args.chat, progress=say)
+                report = prepare_s3(cfg, src, out, cache_path=args.cache, report_path=args.report,
+                                    limit=args.limit, concurrency=args.concurrency, chat=args.chat, progress=say)
             else:
                 src, name = _input_file(args, cfg)
-                out_dir = Path(args.out_dir) if args.out_dir else Path(cfg.run_dir) / "prepared" / f"r1_difficulty_{name}"
+                default_dir = Path(cfg.run_dir) / "prepared" / f"r1_difficulty_{name}"
+                out_dir = Path(args.out_dir) if args.out_dir else default_dir
                 totals = {1: args.stage1_total, 2: args.stage2_total}
-                report = prep.prepare_r1_difficulty(
+                report = prepare_r1_difficulty(
                     cfg, src, out_dir, n=args.n, max_rollouts=args.max_rollouts, metric=args.metric,
                     f1_threshold=args.f1_threshold, easy_below=args.easy_below, hard_above=args.hard_above,
                     stage_totals={s: totals[s] for s in _stages(args.stages)}, dataset_aliases=dict(args.dataset_map),
                     model=args.model, limit=args.limit, questions_per_call=args.questions_per_call, progress=say,
                 )
-    except (prep.PrepareError, FileNotFoundError) as e:
+    except (PrepareError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     summary = {k: report[k] for k in ("job", "counts", "rows", "output", "output_dir", "stages") if k in report}

@@ -36,6 +36,10 @@ def summarize(trajs: list[dict]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Entry point: run each recipe's episodes on dev questions against the retrieval pool; write and summarize them.
+
+    Usage: SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.rollout_demo [--questions 16] [--recipes s3,search_r1] ray.num_cpus=8 [key=value ...]
+    """
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--questions", type=int, default=16)
     parser.add_argument("--recipes", default="search_r1,s3,r1_searcher,r_search,eval_rar,naive_rag,direct")
@@ -46,15 +50,18 @@ def main(argv: list[str] | None = None) -> None:
     args, cfg = parse_config(parser, argv)
     import ray
 
-    from actors.retrieval import start_retrieval_pool
-    from actors.rollout import remote_frozen_llm, remote_rollout_worker
+    from actors.engines.spec import EngineSpec
+    from actors.frozen.worker import FrozenLLMWorker
+    from actors.lifecycle import ActorSet
+    from actors.retrieval.pool import start_retrieval_pool
+    from actors.rollout.worker import RolloutWorker
     from cluster.ray_init import init_ray
     from pipelines.data import iter_qa, pack_file
 
     with user_errors():
         examples = [asdict(e) for e in iter_qa(pack_file(cfg.data.dev, cfg.data.dir), limit=args.questions)]
         started = init_ray(cfg.ray)
-        workers = []
+        actors = ActorSet()
         try:
             r = cfg.retrieval
             need = r.pool_cpus + cfg.index.num_shards * r.shard_cpus + r.query_encoders * r.encoder_cpus + 1.0
@@ -62,30 +69,25 @@ def main(argv: list[str] | None = None) -> None:
             if need > have:  # the actors would wait for CPUs forever
                 raise SystemExit(f"error: the demo's actors need {need:g} logical CPUs, the Ray cluster has {have:g}; "
                                  f"start a bigger local cluster with ray.num_cpus=8 (they share the cores)")
-            pool = start_retrieval_pool(cfg.index.dir, cfg.retrieval)
-            spec = {"backend": args.backend, "model": args.model, "max_model_len": 4096}
-            frozen = remote_frozen_llm(num_cpus=0.5).remote(spec, chat=False)
-            worker = remote_rollout_worker(num_cpus=0.5).remote(spec, pool, frozen)
-            workers = [worker, frozen]
-            ray.get([worker.ready.remote(), frozen.ready.remote()])
+            pool = actors.adopt(start_retrieval_pool(cfg.index.dir, cfg.retrieval))
+            spec = EngineSpec(backend=args.backend, model=args.model, max_model_len=4096)
+            frozen = actors.start(FrozenLLMWorker, spec, chat=False, num_cpus=0.5)
+            worker = actors.start(RolloutWorker, spec, pool, frozen, num_cpus=0.5)
+            actors.wait_ready([worker, frozen], what="the demo's engines")
             out = Path(args.out)
             out.mkdir(parents=True, exist_ok=True)
             limits = {"max_new_tokens_per_turn": args.max_new_tokens, "max_total_tokens": 4096}
             for name in args.recipes.split(","):
-                trajs = ray.get(worker.run.remote(examples, name, {}, 1, {"temperature": 1.0, "seed": 5}, limits, False))
+                trajs = ray.get(worker.run.remote(examples, name, sampling={"temperature": 1.0, "seed": 5},
+                                                  limits=limits, chat=False))
                 with open(out / f"{name}.jsonl", "w") as f:
                     for t in trajs:
                         f.write(json.dumps(t) + "\n")
                 print(f"{name}: {json.dumps(summarize(trajs))}", flush=True)
         finally:
-            for w in workers:
-                try:
-                    ray.get(w.shutdown.remote(), timeout=120)
-                except Exception as e:  # noqa: BLE001 - report and keep shutting down
-                    print(f"warning: shutdown failed: {e}")
+            actors.stop()
             if started:
                 ray.shutdown()
-
 
 if __name__ == "__main__":
     main()

@@ -18,6 +18,10 @@ from scripts.cli import parse_config, user_errors
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Entry point: build (or reuse) the index, search test questions, print the hits and recall@k.
+
+    Usage: .venv/bin/python -m scripts.search_demo [--config configs/retrieval_cpu.yaml] [--questions 8] [key=value ...]
+    """
     parser = argparse.ArgumentParser(prog="python -m scripts.search_demo", description=__doc__.splitlines()[0])
     parser.add_argument("--questions", type=int, default=8, help="test questions to search (default 8)")
     args, cfg = parse_config(parser, argv)
@@ -28,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import ray
 
-    from actors.retrieval import start_retrieval_pool
+    from actors.retrieval.pool import start_retrieval_pool
     from cluster.ray_init import init_ray
     from pipelines.build_index import build_index
     from recipes.metrics import span_check

@@ -23,9 +23,13 @@ def _interrupt(signum, frame):
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Entry point: serve a built index over HTTP (Search-R1's `/retrieve`) until Ctrl-C (exit 2: bad config or index).
+
+    Usage: .venv/bin/python -m scripts.serve_retrieval [--config configs/retrieval_cpu.yaml] [key=value ...]
+    """
     parser = argparse.ArgumentParser(prog="python -m scripts.serve_retrieval", description=__doc__.splitlines()[0])
     _, cfg = parse_config(parser, argv)
-    from actors.index_store import IndexFormatError, Manifest
+    from actors.retrieval.index_store import IndexFormatError, Manifest
 
     with user_errors():
         Manifest.load(cfg.index.dir)  # fail fast, before starting Ray
@@ -33,9 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     import ray
     from ray import serve
 
-    from actors.retrieval import start_retrieval_pool
-    from actors.retrieval_http import serve_retrieval
-
+    from actors.retrieval.http import serve_retrieval
+    from actors.retrieval.pool import start_retrieval_pool
     from cluster.ray_init import init_ray
 
     local = init_ray(cfg.ray)

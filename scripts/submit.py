@@ -216,6 +216,11 @@ def _parse_env(items: Sequence[str]) -> dict[str, str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: submit a job to a Ray cluster, stream its logs, return its exit status (see the module docstring).
+
+    Usage: .venv/bin/python -m scripts.submit --address http://127.0.0.1:8265 [--no-wait]
+        [--config PATH] [KEY=VALUE ...] [-- COMMAND ...]
+    """
     from cluster.runtime_env import WORKING_DIR_LIMIT_BYTES, absolute_path_overrides, job_runtime_env, upload_size
     from scripts.cli import parse_config
 

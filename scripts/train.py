@@ -20,6 +20,11 @@ from scripts.cli import parse_config, user_errors
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Entry point: train a search agent (or resume a run from its last checkpoint).
+
+    Usage: .venv/bin/python -m scripts.train --config configs/s3_cpu.yaml [key=value ...]
+       or: .venv/bin/python -m scripts.train --resume runs/s3-20261121-120000 [key=value ...]
+    """
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--resume", default=None, help="run directory to continue")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (logs only)")
@@ -29,8 +34,8 @@ def main(argv: list[str] | None = None) -> None:
         argv = ["--config", str(Path(run_dir) / "config.yaml"), *argv]
     args, cfg = parse_config(parser, argv)
     from cluster.roles import ResourceFitError
-    from pipelines.train import TrainConfigError, train
     from pipelines.tracking import REWARD_CURVE
+    from pipelines.train import TrainConfigError, train
 
     with user_errors():
         try:

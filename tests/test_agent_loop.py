@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from actors.agent_loop import TRUNCATION_MARKER, AgentLoop, RolloutLimits
-from actors.engine import Sampling
+from actors.engines.base import Sampling
+from actors.rollout.agent_loop import TRUNCATION_MARKER, AgentLoop, RolloutLimits
 from recipes import get_recipe
 from recipes.base import Doc
 from scripts.bench_rollout import tokens_after_stop

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import inspect
 import math
+import typing
 from pathlib import Path
 
 import pytest
@@ -13,12 +15,18 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from algorithms import (
+    ADVANTAGE_ESTIMATORS,
+    KL_ESTIMATORS,
+    LOSS_AGGS,
     AlgorithmConfig,
     aggregate,
     compute_advantages,
     entropy_from_logits,
     entropy_loss,
     gae,
+    get_advantage_estimator,
+    get_kl_estimator,
+    get_loss_agg,
     group_indices,
     group_mean_baseline_advantages,
     grpo_advantages,
@@ -31,11 +39,14 @@ from algorithms import (
     masked_var,
     masked_whiten,
     policy_loss,
+    register_advantage_estimator,
     reinforce_pp_advantages,
     rloo_advantages,
     terminal_rewards,
     value_loss,
 )
+from algorithms.config import AdvantageEstimator, KLEstimator, LossAgg
+from tests.algorithm_presets import RECIPE_PRESETS
 
 NAN = float("nan")
 FAST = settings(max_examples=25, deadline=None)
@@ -99,7 +110,7 @@ def test_kl_estimators_by_hand():
     close(kl_estimate(logp, ref, "k2"), [[0.125, 0.5]])  # 0.5 * 0.25, 0.5 * 1
     # k3 = exp(-lr) + lr - 1: exp(-0.5) - 0.5 = 0.1065307; exp(1) - 2 = 0.7182818
     close(kl_estimate(logp, ref, "k3"), [[0.1065307, 0.7182818]])
-    with pytest.raises(ValueError, match="`estimator`"):
+    with pytest.raises(ValueError, match="unknown `kl_estimator` 'k4'; registered: k1, k2, k3"):
         kl_estimate(logp, ref, "k4")
 
 
@@ -328,6 +339,55 @@ def test_compute_advantages_gae_with_kl_in_reward():
         compute_advantages(cfg, t([1.0]), mask, logprobs=logp, ref_logprobs=ref)
 
 
+# --------------------------------------------------------------------------- registries
+
+
+@pytest.mark.parametrize(
+    ("registry", "literal"),
+    [(ADVANTAGE_ESTIMATORS, AdvantageEstimator), (LOSS_AGGS, LossAgg), (KL_ESTIMATORS, KLEstimator)],
+)
+def test_registries_match_config_literals(registry, literal):
+    assert set(registry) == set(typing.get_args(literal))
+
+
+def test_registered_functions_share_one_signature():
+    adv_params = {tuple(inspect.signature(fn).parameters) for fn in ADVANTAGE_ESTIMATORS.values()}
+    assert adv_params == {("cfg", "seq_rewards", "loss_mask", "group_ids", "values", "logprobs", "ref_logprobs")}
+    assert {tuple(inspect.signature(fn).parameters) for fn in LOSS_AGGS.values()} == {
+        ("loss_tokens", "mask", "norm_len", "divisor")
+    }
+
+
+def test_registry_lookups_and_errors():
+    assert get_advantage_estimator("gae") is ADVANTAGE_ESTIMATORS["gae"]
+    assert get_loss_agg("token_mean") is LOSS_AGGS["token_mean"]
+    assert get_kl_estimator("k3") is KL_ESTIMATORS["k3"]
+    with pytest.raises(ValueError, match="unknown `advantage_estimator` 'ppo'; registered: dr_grpo, gae, group_mean, "):
+        get_advantage_estimator("ppo")
+    with pytest.raises(ValueError, match="unknown `loss_agg` 'sum'; registered: seq_mean_token_mean, "):
+        get_loss_agg("sum")
+    with pytest.raises(ValueError, match="'grpo' is already registered"):
+        register_advantage_estimator("grpo")(lambda *args, **kwargs: None)
+    grpo = ADVANTAGE_ESTIMATORS["grpo"]
+    assert register_advantage_estimator("grpo")(grpo) is grpo  # the same function again: no-op
+
+
+def test_compute_advantages_calls_a_user_registered_estimator():
+    def ones(cfg, seq_rewards, loss_mask, *, group_ids, values, logprobs, ref_logprobs):
+        assert group_ids == IDS and values is None
+        return torch.ones(loss_mask.shape), torch.zeros(loss_mask.shape)
+
+    register_advantage_estimator("ones")(ones)
+    try:
+        # "ones" is not in the AdvantageEstimator Literal, so build the config without validation.
+        cfg = AlgorithmConfig.model_construct(advantage_estimator="ones", whiten_advantages=False)
+        adv, ret = compute_advantages(cfg, t(REWARDS), MASK, group_ids=IDS)
+    finally:
+        del ADVANTAGE_ESTIMATORS["ones"]
+    close(adv, torch.ones(MASK.shape))
+    close(ret, torch.zeros(MASK.shape))
+
+
 # --------------------------------------------------------------------------- aggregation
 
 
@@ -340,7 +400,7 @@ def test_aggregation_modes_by_hand():
     close(aggregate(losses, mask, "seq_mean_token_sum", norm_len=4), 1.25)  # (6/4 + 4/4) / 2
     close(aggregate(losses, mask, "token_mean", divisor=8), 1.25)  # 10 / 8
     close(aggregate(losses, torch.zeros(3, 4), "seq_mean_token_mean"), 0.0)
-    with pytest.raises(ValueError, match="`mode`"):
+    with pytest.raises(ValueError, match="unknown `loss_agg` 'sum'; registered: seq_mean_token_mean, "):
         aggregate(losses, mask, "sum")
 
 
@@ -467,12 +527,12 @@ def test_config_defaults_and_presets():
     cfg = AlgorithmConfig()
     assert cfg.advantage_estimator == "grpo" and not cfg.needs_critic and not cfg.should_whiten
     assert cfg.upper_clip_eps == 0.2
-    s3 = AlgorithmConfig.for_recipe("s3")
+    s3 = AlgorithmConfig(**RECIPE_PRESETS["s3"])
     assert s3.needs_critic and s3.kl_in_reward and s3.kl_estimator == "k1" and s3.should_whiten
-    assert AlgorithmConfig.for_recipe("eval_rar").loss_agg == "seq_mean_token_mean"
-    assert AlgorithmConfig.for_recipe("r1_searcher", kl_coef=0.0).kl_coef == 0.0
-    with pytest.raises(ValueError, match="`recipe`"):
-        AlgorithmConfig.for_recipe("nope")
+    assert AlgorithmConfig(**RECIPE_PRESETS["eval_rar"]).loss_agg == "seq_mean_token_mean"
+    assert AlgorithmConfig(**{**RECIPE_PRESETS["r1_searcher"], "kl_coef": 0.0}).kl_coef == 0.0
+    for preset in RECIPE_PRESETS.values():
+        AlgorithmConfig(**preset)  # every preset validates
 
 
 @pytest.mark.parametrize(

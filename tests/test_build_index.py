@@ -9,8 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from actors.index_store import IndexFormatError, Manifest, sha256_file, verify_shard
-from actors.retrieval import ShardSearcher, merge_topk
+from actors.retrieval.index_store import IndexFormatError, Manifest, sha256_file, verify_shard
+from actors.retrieval.shard import ShardSearcher, merge_topk
 from configs import Config
 from pipelines import build_index as build_module
 from pipelines.build_index import build_index

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from actors.encoder import EncoderSpec, TextEncoder, passage_contents, resolve_model_path
+from actors.retrieval.encoder import EncoderSpec, TextEncoder, passage_contents, resolve_model_path
 from configs.schema import EncoderConfig
 
 

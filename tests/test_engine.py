@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from actors.engine import Engine, Sampling
-from actors.engine_hf import HFEngine, processed_logprobs
-from actors.models import GEMMA3_270M, make_tiny_model, resolve_model
+from actors.engines.base import Engine, Sampling
+from actors.engines.hf_engine import HFEngine, processed_logprobs
+from actors.engines.models import GEMMA3_270M, make_tiny_model, resolve_model
 
 PROMPT = "Question: What is the capital of France?\nAnswer:"
 TINY_PROMPTS = ["The quick brown fox", "Search results:\nDoc 1", "<search> capital of France </search>"]
@@ -205,6 +205,7 @@ def test_resolve_model_paths_and_names(tmp_path):
         resolve_model("")
 
 
+@pytest.mark.slow  # starts an engine
 def test_tiny_models_are_real_architectures(tiny_dirs, tmp_path, gemma_dir, loop):
     from transformers import AutoConfig, AutoTokenizer
 
@@ -228,7 +229,7 @@ def test_tiny_models_are_real_architectures(tiny_dirs, tmp_path, gemma_dir, loop
 
 
 def test_process_logits_draws_from_the_processed_distribution():
-    from actors.engine_hf import process_logits
+    from actors.engines.hf_engine import process_logits
 
     probs = torch.tensor([0.6, 0.25, 0.1, 0.05])
     logits = probs.log().repeat(20000, 1)
@@ -262,6 +263,7 @@ def test_hf_samples(hf_tiny, loop):
     check_samples(hf_tiny, loop.run_until_complete)
 
 
+@pytest.mark.slow  # starts an engine
 def test_hf_logprobs_follow_the_sampling_distribution(tiny_dirs, loop):
     # float32, so the cached decode and a full forward agree to 1e-3 (bf16 differs by ~0.04).
     eng = HFEngine(tiny_dirs[0], dtype="float32")
@@ -276,6 +278,7 @@ def test_hf_logprobs_follow_the_sampling_distribution(tiny_dirs, loop):
     assert all(-4.5 < lp < -3.0 for lp in g.logprobs), g.logprobs
 
 
+@pytest.mark.slow  # starts an engine
 def test_hf_concurrent_requests_match_sequential(hf_tiny, loop):
     greedy = Sampling(max_tokens=6, temperature=0)
     prompts = [hf_tiny.tokenizer(t).input_ids for t in TINY_PROMPTS]
@@ -287,6 +290,7 @@ def test_hf_concurrent_requests_match_sequential(hf_tiny, loop):
     assert [r[0].token_ids for r in loop.run_until_complete(together())] == seq
 
 
+@pytest.mark.slow  # starts an engine
 def test_hf_update_weights(tiny_dirs, hf_tiny_b, loop):
     eng, hf_b = HFEngine(tiny_dirs[0]), hf_tiny_b
     check_update_weights(eng, loop.run_until_complete, tiny_dirs, hf_b)
@@ -304,10 +308,11 @@ def test_hf_bad_input(hf_tiny, loop):
     check_bad_input(hf_tiny, loop.run_until_complete)
 
 
+@pytest.mark.slow  # starts an engine
 def test_hf_gemma_270m_answers_paris(gemma_dir, loop):
-    from actors.engine_factory import make_engine
+    from actors.engines.spec import EngineSpec, make_engine
 
-    eng = make_engine("hf", GEMMA3_270M, max_model_len=512)
+    eng = make_engine(EngineSpec(backend="hf", model=GEMMA3_270M, max_model_len=512))
     try:
         ids = eng.tokenizer(PROMPT).input_ids
         assert ids[0] == 2
@@ -326,7 +331,7 @@ def test_hf_gemma_270m_answers_paris(gemma_dir, loop):
 class TestVLLMTiny:
     @pytest.fixture(scope="class")
     def engine(self, tiny_dirs, loop):
-        from actors.engine_vllm import VLLMEngine
+        from actors.engines.vllm_engine import VLLMEngine
 
         eng = VLLMEngine(tiny_dirs[0], max_model_len=512, cpu_kv_cache_gib=0.25)
         yield eng
@@ -393,10 +398,10 @@ class TestVLLMGemma270M:
         so only processes this one started and segments they map are checked)."""
         import psutil
 
-        from actors.engine_factory import make_engine
+        from actors.engines.spec import EngineSpec, make_engine
 
         before = {p.pid for p in psutil.Process().children(recursive=True)}
-        eng = make_engine("vllm", GEMMA3_270M, max_model_len=512, cpu_kv_cache_gib=0.5)
+        eng = make_engine(EngineSpec(backend="vllm", model=GEMMA3_270M, max_model_len=512, cpu_kv_cache_gib=0.5))
         procs = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
         procs = [p for p in procs if "resource_tracker" not in " ".join(p.cmdline())]  # lives with this process
         shm = set()

@@ -112,7 +112,7 @@ def test_resolve_checkpoint_layouts(tmp_path):
 
 
 def test_bad_checkpoint_fails_before_any_actor(tmp_path, monkeypatch, capsys):
-    import actors.retrieval
+    import actors.retrieval.pool
     import cluster.ray_init
     from configs import load_config
     from scripts.evaluate import main
@@ -121,7 +121,7 @@ def test_bad_checkpoint_fails_before_any_actor(tmp_path, monkeypatch, capsys):
         raise AssertionError("an actor or Ray was started before the checkpoint was checked")
 
     monkeypatch.setattr(cluster.ray_init, "init_ray", no_actors)
-    monkeypatch.setattr(actors.retrieval, "start_retrieval_pool", no_actors)
+    monkeypatch.setattr(actors.retrieval.pool, "start_retrieval_pool", no_actors)
     missing = tmp_path / "no-such-ckpt"
     cfg = load_config(None, [])
     with pytest.raises(EvaluationError, match=f"--checkpoint {missing}: does not exist"):
@@ -142,7 +142,7 @@ def test_evaluate_end_to_end_through_the_actors(ray_local, small_index, data_dir
     the generator and judge are another tiny random Gemma 3 (real tokenizer). Retrieval: the real
     RetrievalPool over the 2-shard `small_index`, on the session's Ray cluster (joined, not shut down).
     """
-    from actors.models import make_tiny_model
+    from actors.engines.models import make_tiny_model
     from scripts.evaluate import main
 
     ckpt = tmp_path / "ckpt"

@@ -11,8 +11,8 @@ import os
 import pytest
 import torch
 
-from actors.learner_batch import make_train_batch
-from actors.token_stats import PolicyTokenStats
+from actors.learner.batch import make_train_batch
+from actors.learner.token_stats import PolicyTokenStats
 from algorithms import AlgorithmConfig, gae, grpo_advantages, terminal_rewards
 
 
@@ -129,12 +129,15 @@ def policy_case(request, tiny_gemma_dir, gemma_dir, data_dir):
 
 
 def test_grpo_and_ppo_steps_follow_the_advantages(ray_local, policy_case):
-    from actors.learner_group import LearnerGroup, remote_reference_model
+    from actors.learner.group import LearnerGroup
+    from actors.learner.reference import ReferenceModel
+    from actors.lifecycle import ActorSet
 
     cfg, batch = policy_case
     policy = LearnerGroup("policy", cfg)
     critic = LearnerGroup("critic", cfg)
-    ref_actor = remote_reference_model(cfg, num_cpus=0.25)
+    started = ActorSet()
+    ref_actor = started.start(ReferenceModel, cfg, num_cpus=0.25, max_concurrency=None)
     try:
         ref = ray_local.get(ref_actor.compute_logprobs.remote(batch))
         batch, adv = with_grpo(policy, batch, [1.0, 0.0, 0.0, 1.0])
@@ -166,11 +169,11 @@ def test_grpo_and_ppo_steps_follow_the_advantages(ray_local, policy_case):
     finally:
         policy.shutdown()
         critic.shutdown()
-        ray_local.kill(ref_actor)
+        started.stop()
 
 
 def test_zero2_two_ranks_equal_one_rank(ray_local, tiny_gemma_dir):
-    from actors.learner_group import LearnerGroup
+    from actors.learner.group import LearnerGroup
 
     batch = make_train_batch(synthetic_trajectories(4, seed=1), pad_token_id=0)
     weights = {}
@@ -189,14 +192,17 @@ def test_zero2_two_ranks_equal_one_rank(ray_local, tiny_gemma_dir):
 
 
 def test_weight_sync_gives_the_rollout_engine_the_learner_logprobs(ray_local, tiny_gemma_dir, small_index, data_dir):
-    from actors.learner_group import LearnerGroup
-    from actors.retrieval import start_retrieval_pool
-    from actors.rollout import remote_rollout_worker
+    from actors.engines.spec import EngineSpec
+    from actors.learner.group import LearnerGroup
+    from actors.lifecycle import ActorSet
+    from actors.retrieval.pool import start_retrieval_pool
+    from actors.rollout.worker import RolloutWorker
     from configs.schema import RetrievalConfig
 
-    pool = start_retrieval_pool(small_index, RetrievalConfig(topk=2, query_encoders=1))
-    worker = remote_rollout_worker(num_cpus=0.25).remote(
-        {"backend": "vllm", "model": tiny_gemma_dir, "max_model_len": 1024, "cpu_kv_cache_gib": 0.25, "dtype": "float32"}, pool)
+    started = ActorSet()
+    pool = started.adopt(start_retrieval_pool(small_index, RetrievalConfig(topk=2, query_encoders=1)))
+    spec = EngineSpec(backend="vllm", model=tiny_gemma_dir, max_model_len=1024, cpu_kv_cache_gib=0.25, dtype="float32")
+    worker = started.start(RolloutWorker, spec, pool, num_cpus=0.25)
     group = LearnerGroup("policy", learner_config(tiny_gemma_dir, sync_dtype="fp32"))
     examples = [{"id": "1", "question": "Who wrote Hamlet?", "golden_answers": ["Shakespeare"], "dataset": "nq"}]
     run_kwargs = dict(n=4, sampling={"temperature": 1.0, "seed": 3}, limits={"max_new_tokens_per_turn": 8,
@@ -218,15 +224,13 @@ def test_weight_sync_gives_the_rollout_engine_the_learner_logprobs(ray_local, ti
         assert torch.allclose(learner_lp, new_batch.old_logprobs, atol=2e-3)
     finally:
         group.shutdown()
-        ray_local.get(worker.shutdown.remote(), timeout=120)
-        ray_local.kill(worker)
-        ray_local.kill(pool)
+        started.stop()
 
 
 def test_checkpoint_resume_gives_identical_next_step(ray_local, tiny_gemma_dir, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from actors.learner_group import LearnerGroup
+    from actors.learner.group import LearnerGroup
 
     cfg = learner_config(tiny_gemma_dir, zero_stage=1, warmup_steps=3)
     b1 = make_train_batch(synthetic_trajectories(4, seed=2), pad_token_id=0)

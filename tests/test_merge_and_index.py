@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.index_store import DocStore, build_faiss_index, faiss_factory, shard_ranges, write_docs
-from actors.retrieval import merge_topk, same_topk
+from actors.retrieval.index_store import DocStore, build_faiss_index, faiss_factory, shard_ranges, write_docs
+from actors.retrieval.shard import merge_topk, same_topk
 from configs.schema import IndexConfig
 
 

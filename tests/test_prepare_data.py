@@ -1,4 +1,4 @@
-"""Training-set preparation (pipelines.prepare_data, scripts.prepare_data).
+"""Training-set preparation (pipelines.prepare, scripts.prepare_data).
 
 Pure parts without Ray: the s3 filter decisions, R1-Searcher difficulty bucketing and rounds,
 Table-1 scaling and mixing, FlashRAG import, the result cache. Then the drivers on a local Ray
@@ -17,27 +17,20 @@ from pathlib import Path
 import pytest
 
 from pipelines.data import BadRowError, iter_corpus, iter_qa
-from pipelines.prepare_data import (
+from pipelines.prepare.common import PrepareError, ResultCache, read_qa_rows, write_jsonl_gz
+from pipelines.prepare.flashrag import flashrag_corpus_row, import_flashrag_corpus, import_flashrag_qa
+from pipelines.prepare.r1_difficulty import (
     R1_TABLE1,
-    PrepareError,
-    ResultCache,
     answer_correct,
     difficulty_bucket,
     first_correct,
-    flashrag_corpus_row,
-    import_flashrag_corpus,
-    import_flashrag_qa,
     mix_by_quotas,
     normalize_dataset,
     prepare_r1_difficulty,
-    prepare_s3,
-    read_qa_rows,
     run_difficulty_rounds,
-    s3_filter_decision,
-    s3_filter_rows,
     scale_table,
-    write_jsonl_gz,
 )
+from pipelines.prepare.s3_filter import prepare_s3, s3_filter_decision, s3_filter_rows
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -61,7 +54,8 @@ def test_s3_filter_decisions_on_hand_made_rows():
     rows = [
         {"id": "a", "question": "Is Paris in France?", "golden_answers": ["yes"], "source": "hotpotqa"},
         {"id": "b", "question": "Is it true?", "golden_answers": ["True", "correct"], "source": "nq"},
-        {"id": "c", "question": "Capital of France?", "golden_answers": ["Paris"], "source": "nq", "type": "single-hop"},
+        {"id": "c", "question": "Capital of France?", "golden_answers": ["Paris"], "source": "nq",
+         "type": "single-hop"},
         {"id": "d", "question": "Author of Emma?", "golden_answers": ["Jane Austen"], "source": "hotpotqa"},
         {"id": "e", "question": "Answer no?", "golden_answers": ["No."], "source": "nq"},
     ]
@@ -121,7 +115,8 @@ def test_difficulty_buckets_follow_the_papers_thresholds():
     assert [difficulty_bucket(k, 2, 3) for k in (1, 2, 3, 4, None)] == ["easy", "medium", "medium", "hard", "hard"]
     with pytest.raises(ValueError):
         difficulty_bucket(1, 0, 5)
-    assert first_correct([False, False, True, True]) == 3 and first_correct([False]) is None and first_correct([]) is None
+    assert first_correct([False, False, True, True]) == 3
+    assert first_correct([False]) is None and first_correct([]) is None
     assert answer_correct("It is Paris, France", ["Paris"]) and not answer_correct("Lyon", ["Paris"])
     assert not answer_correct(None, ["Paris"]) and not answer_correct("  ", ["Paris"])
     assert not answer_correct("It is Paris", ["Paris"], "em") and answer_correct("the Paris", ["Paris"], "em")
@@ -154,8 +149,8 @@ def test_difficulty_rounds_stop_at_the_first_correct_rollout():
 def test_r1_difficulty_rounds_on_scripted_agent_loop_trajectories(gemma_tokenizer):
     """2 questions x n=2 through the real agent loop (r1_searcher recipe, scripted policy): one is
     answered in every rollout (easy), the other never (hard after max_rollouts)."""
-    from actors.agent_loop import AgentLoop
-    from actors.engine import Sampling
+    from actors.engines.base import Sampling
+    from actors.rollout.agent_loop import AgentLoop
     from recipes import get_recipe
     from tests.scripted_engine import ScriptedEngine, turn_policy
 
@@ -200,7 +195,8 @@ def test_table1_mixing_by_hand():
     rows = ([{"id": f"h{i}", "source": "hotpotqa", "difficulty": "medium"} for i in range(5)]
             + [{"id": f"hh{i}", "source": "hotpotqa", "difficulty": "hard"} for i in range(2)]
             + [{"id": f"w{i}", "source": "2WikiMultihopQA", "difficulty": "medium"} for i in range(3)]
-            + [{"id": "e0", "source": "hotpotqa", "difficulty": "easy"}, {"id": "n0", "source": "nq", "difficulty": "hard"}])
+            + [{"id": "e0", "source": "hotpotqa", "difficulty": "easy"},
+               {"id": "n0", "source": "nq", "difficulty": "hard"}])
 
     def cell_of(row):
         ds = normalize_dataset(row["source"])
@@ -314,13 +310,15 @@ def test_result_cache_resumes_and_ignores_stale_entries(tmp_path):
 
 
 def test_bad_s3_config_fails_before_any_actor(tmp_path):
-    from actors.index_store import IndexFormatError
+    from actors.retrieval.index_store import IndexFormatError
     from configs import ConfigError, load_config
 
     qa = write_jsonl(tmp_path / "qa.jsonl", [{"id": "a", "question": "q?", "golden_answers": ["x"]}])
     cfg = load_config(None, ["train.recipe=s3"])
-    cfg.train.recipe_options = {"topk": 0}
-    with pytest.raises(ConfigError, match="train.recipe_options.topk"):
+    # The config rejects bad options on load and assignment; model_copy skips validation, so this
+    # reaches prepare_s3's own check (top-k is retrieval.topk, validated by the config itself).
+    cfg.train = cfg.train.model_copy(update={"recipe_options": {"max_turns": -1}})
+    with pytest.raises(ConfigError, match="train.recipe_options.max_turns"):
         prepare_s3(cfg, qa, tmp_path / "out.jsonl.gz")
     cfg = load_config(None, [f"index.dir={tmp_path / 'no-index'}"])
     with pytest.raises(IndexFormatError, match="not a finished index"):
@@ -334,7 +332,7 @@ def test_bad_s3_config_fails_before_any_actor(tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory, gemma_dir) -> str:
-    from actors.models import make_tiny_model
+    from actors.engines.models import make_tiny_model
 
     return make_tiny_model("gemma3", tmp_path_factory.mktemp("tiny-prepare") / "m", tokenizer_from=gemma_dir, seed=0)
 
@@ -351,17 +349,20 @@ def overrides(small_index, tiny_model) -> list[str]:
 @pytest.fixture(scope="module")
 def actors(ray_local, overrides):
     """(config, pool, frozen generator/judge actor), all from the config."""
-    from actors.retrieval import start_retrieval_pool
+    from actors.frozen.worker import start_frozen_llm
+    from actors.lifecycle import ActorSet
+    from actors.retrieval.pool import start_retrieval_pool
     from configs import load_config
-    from pipelines.prepare_data import start_frozen_llms
 
     cfg = load_config(REPO / "configs" / "retrieval_cpu.yaml", overrides)
-    pool = start_retrieval_pool(cfg.index.dir, cfg.retrieval)
-    gen, _, handles = start_frozen_llms(cfg)
-    yield cfg, pool, gen
-    ray_local.get([h.shutdown.remote() for h in handles], timeout=120)
-    for h in [*handles, pool]:
-        ray_local.kill(h)
+    started = ActorSet()
+    try:
+        pool = started.adopt(start_retrieval_pool(cfg.index.dir, cfg.retrieval))
+        gen = start_frozen_llm(started, cfg, "generator")
+        started.wait_ready([gen], what="frozen generator")
+        yield cfg, pool, gen
+    finally:
+        started.stop()
 
 
 def _dev_rows(data_dir, n_plain: int, n_yes_no: int) -> list[dict]:
@@ -378,7 +379,7 @@ def _dev_rows(data_dir, n_plain: int, n_yes_no: int) -> list[dict]:
 
 @pytest.mark.slow
 def test_s3_preparation_through_the_actors_and_rerun_from_cache(ray_local, actors, data_dir, tmp_path, overrides):
-    from actors.scorer import ActorScorer
+    from actors.frozen.scorer import ActorScorer
     from recipes import get_recipe
     from scripts.prepare_data import main
 

@@ -24,8 +24,8 @@ def served(ray_local, small_index):
     """(pool handle, httpx client on the route's base URL, RetrievalConfig); the app is deleted afterwards."""
     from ray import serve
 
-    from actors.retrieval import start_retrieval_pool
-    from actors.retrieval_http import serve_retrieval
+    from actors.retrieval.http import serve_retrieval
+    from actors.retrieval.pool import start_retrieval_pool
 
     rcfg = RetrievalConfig(topk=4, max_topk=20, max_queries_per_request=5, batch_wait_ms=1.0, pool_cpus=0.5)
     pool = start_retrieval_pool(small_index, rcfg)
@@ -117,7 +117,7 @@ def test_health(served):
 def _pool_errors():
     from ray.exceptions import RayActorError, RayTaskError
 
-    from actors.retrieval import RetrievalRequestError, ShardUnavailableError
+    from actors.retrieval.shard import RetrievalRequestError, ShardUnavailableError
 
     def remote(cause):  # how an actor's exception reaches the caller: a RayTaskError subclass of it
         return RayTaskError("search", "Traceback (most recent call last): ...", cause).as_instanceof_cause()
@@ -134,7 +134,7 @@ def _pool_errors():
 def test_pool_errors_map_to_http_status(error, status, message):
     from fastapi import HTTPException
 
-    from actors.retrieval_http import await_pool
+    from actors.retrieval.http import await_pool
 
     async def call():
         if error is None:

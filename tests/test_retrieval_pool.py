@@ -6,16 +6,10 @@ import time
 import numpy as np
 import pytest
 
-from actors.encoder import EncoderSpec, TextEncoder
-from actors.index_store import Manifest, load_shard_vectors
-from actors.retrieval import (
-    RetrievalRequestError,
-    ShardSearcher,
-    ShardUnavailableError,
-    merge_topk,
-    same_topk,
-    start_retrieval_pool,
-)
+from actors.retrieval.encoder import EncoderSpec, TextEncoder
+from actors.retrieval.index_store import Manifest, load_shard_vectors
+from actors.retrieval.pool import start_retrieval_pool
+from actors.retrieval.shard import RetrievalRequestError, ShardSearcher, ShardUnavailableError, merge_topk, same_topk
 from configs.schema import RetrievalConfig
 from pipelines.data import iter_qa, pack_file
 

@@ -11,28 +11,27 @@ import json
 import pytest
 from safetensors.torch import load_file
 
-
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def actors(ray_local, small_index, tiny_dirs):
     """(rollout worker, frozen LLM, pool); engines are shut down before the actors are killed."""
-    from actors.retrieval import start_retrieval_pool
-    from actors.rollout import remote_frozen_llm, remote_rollout_worker
+    from actors.engines.spec import EngineSpec
+    from actors.frozen.worker import FrozenLLMWorker
+    from actors.lifecycle import ActorSet
+    from actors.retrieval.pool import start_retrieval_pool
+    from actors.rollout.worker import RolloutWorker
     from configs.schema import RetrievalConfig
 
-    pool = start_retrieval_pool(small_index, RetrievalConfig(topk=3, query_encoders=1))
-    frozen = remote_frozen_llm(num_cpus=0.5).remote({"backend": "hf", "model": tiny_dirs[0]}, chat=False)
-    worker = remote_rollout_worker(num_cpus=0.5).remote(
-        {"backend": "vllm", "model": tiny_dirs[0], "max_model_len": 2048, "cpu_kv_cache_gib": 0.25},
-        pool, generator=frozen, judge=frozen,
-    )
-    ray_local.get([worker.ready.remote(), frozen.ready.remote()], timeout=600)
+    started = ActorSet()
+    pool = started.adopt(start_retrieval_pool(small_index, RetrievalConfig(topk=3, query_encoders=1)))
+    frozen = started.start(FrozenLLMWorker, EngineSpec(backend="hf", model=tiny_dirs[0]), chat=False, num_cpus=0.5)
+    spec = EngineSpec(backend="vllm", model=tiny_dirs[0], max_model_len=2048, cpu_kv_cache_gib=0.25)
+    worker = started.start(RolloutWorker, spec, pool, generator=frozen, judge=frozen, num_cpus=0.5)
+    started.wait_ready([worker, frozen], timeout_s=600)
     yield worker, frozen, pool
-    ray_local.get([worker.shutdown.remote(), frozen.shutdown.remote()], timeout=120)
-    for handle in (worker, frozen, pool):
-        ray_local.kill(handle)
+    started.stop()
 
 
 def _questions(data_dir, n: int) -> list[dict]:

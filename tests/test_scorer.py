@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
-from actors.agent_loop import AgentLoop
-from actors.engine import Sampling
-from actors.scorer import FrozenLLM, ThreadScorer
+from actors.engines.base import Sampling
+from actors.frozen.scorer import FrozenLLM, ThreadScorer
+from actors.rollout.agent_loop import AgentLoop
 from recipes import get_recipe
 from recipes.base import ANSWER_PROMPT
 from tests.scripted_engine import ScriptedEngine, turn_policy

@@ -3,7 +3,7 @@
 import mmap
 import os
 
-from actors.shm import sweep_stale_shm
+from actors.learner.shm import sweep_stale_shm
 
 
 def test_sweep_removes_orphans_and_keeps_mapped(tmp_path):

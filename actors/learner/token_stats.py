@@ -67,10 +67,23 @@ class PolicyTokenStats(nn.Module):
 
     @property
     def decoder(self) -> nn.Module:
+        """The LM without its head (`lm.<base_model_prefix>`): input ids -> hidden states."""
         return getattr(self.lm, self.lm.base_model_prefix)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, loss_mask: torch.Tensor,
                 prompt_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probs and entropies of the response tokens (s3 Eq. 2's π_θ terms); the LM head runs
+        only where `loss_mask` > 0, in chunks of `chunk_tokens` (recomputed in backward when grad is on).
+
+        Args:
+            input_ids, attention_mask: `[b, P + R]` int64 (prompt left-padded, response right-padded).
+            loss_mask: `[b, R]`; tokens with mask > 0 are scored.
+            prompt_len: P (columns).
+
+        Returns:
+            (logprobs, entropy): each `[b, R]` float32 on the model's device, 0 where `loss_mask` is 0;
+            of the logits after soft-capping, divided by `temperature`.
+        """
         R = loss_mask.shape[1]
         hidden = response_hidden(self.decoder, input_ids, attention_mask, prompt_len, R)
         labels = input_ids[:, prompt_len : prompt_len + R]
@@ -116,6 +129,8 @@ class ValueModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, loss_mask: torch.Tensor,
                 prompt_len: int) -> torch.Tensor:
+        """Values `[b, R]` float32: V of the state before each response token (hidden state at column
+        P + j - 1), 0 where `loss_mask` is 0. Inputs as in `PolicyTokenStats.forward`."""
         hidden = response_hidden(self.decoder, input_ids, attention_mask, prompt_len, loss_mask.shape[1])
         values = self.value_head(hidden).squeeze(-1).float()
         return torch.where(loss_mask > 0, values, torch.zeros_like(values))

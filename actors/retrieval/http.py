@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ray import serve
 from ray.exceptions import RayActorError
 
-from actors.retrieval import RetrievalRequestError, ShardUnavailableError
+from actors.retrieval.shard import RetrievalRequestError, ShardUnavailableError
 
 app = FastAPI(title="searchrl retrieval", description="Search-R1 compatible retrieval route")
 
@@ -57,6 +57,7 @@ def parse_request(raw: bytes, retrieval: dict) -> RetrieveRequest:
     }
 
     def reject(status: int, where: str, problem: str) -> HTTPException:
+        """HTTPException `status` with detail `"<where>: <problem>; expected <allowed>"` (allowed: by field)."""
         allowed = expected.get(where.split("[")[0].split(".")[0], "only the fields queries, topk, return_scores")
         return HTTPException(status, f"{where}: {problem}; expected {allowed}")
 

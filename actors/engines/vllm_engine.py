@@ -42,7 +42,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from actors.engine import Generation, Sampling, check_prompt, eos_token_ids
+from actors.engines.base import Generation, Sampling, check_prompt, eos_token_ids
 
 _LAYER_RE = re.compile(r"^(.*\.layers\.\d+)\.")
 
@@ -161,7 +161,7 @@ class VLLMEngine:
     """The `Engine` protocol on vLLM `AsyncLLM` (v1). Use it from one asyncio event loop.
 
     Args:
-        model: local directory or Hugging Face name (already resolved: see `actors.models`).
+        model: local directory or Hugging Face name (already resolved: see `actors.engines.models`).
         dtype: "auto" (the checkpoint's), "bfloat16", "float16" or "float32".
         max_model_len: prompt + generated tokens at most (count).
         gpu_memory_utilization: GPU only: fraction of GPU memory vLLM may use (0, 1].

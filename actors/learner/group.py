@@ -18,15 +18,11 @@ from typing import Any
 
 import torch
 
-from actors.learner import CriticLearner, PolicyLearner, ReferenceModel
-from actors.learner_batch import TrainBatch
+from actors.learner.batch import TrainBatch
+from actors.learner.critic import CriticLearner
+from actors.learner.policy import PolicyLearner
+from actors.lifecycle import ActorSet
 from configs.schema import LearnerConfig
-
-
-def _remote(cls, num_cpus: float, num_gpus: float):
-    import ray
-
-    return ray.remote(num_cpus=num_cpus, num_gpus=num_gpus)(cls)
 
 
 class LearnerGroup:
@@ -37,6 +33,7 @@ class LearnerGroup:
         config: `LearnerConfig` (or its dict).
         name: optional prefix of the placement group's name.
         timeout_s: seconds to wait for placement and model loading.
+        temperature: the rollout sampling temperature (policy only; see `PolicyLearner`).
 
     Raises:
         ValueError: unknown role or a bad config (before any actor starts).
@@ -44,7 +41,7 @@ class LearnerGroup:
     """
 
     def __init__(self, role: str, config: LearnerConfig | Mapping[str, Any], name: str = "searchrl",
-                 timeout_s: float = 900.0):
+                 timeout_s: float = 900.0, temperature: float = 1.0):
         import ray
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -58,10 +55,12 @@ class LearnerGroup:
         bundle = {"CPU": c.cpus_per_rank, **({"GPU": c.gpus_per_rank} if c.gpus_per_rank else {})}
         self.placement_group = placement_group([bundle] * world, strategy="PACK", name=f"{name}-{role}")
         ray.get(self.placement_group.ready(), timeout=timeout_s)
-        cls = _remote(classes[role], c.cpus_per_rank, c.gpus_per_rank)
+        extra = {"temperature": temperature} if role == "policy" else {}
+        self._ranks = ActorSet()
         self.actors = [
-            cls.options(scheduling_strategy=PlacementGroupSchedulingStrategy(self.placement_group, i)).remote(
-                self.config, rank=i, world_size=world)
+            self._ranks.start(classes[role], self.config, rank=i, world_size=world, num_cpus=c.cpus_per_rank,
+                              num_gpus=c.gpus_per_rank, max_concurrency=None, **extra,
+                              options={"scheduling_strategy": PlacementGroupSchedulingStrategy(self.placement_group, i)})
             for i in range(world)
         ]
         address, port = ray.get(self.actors[0].master_address.remote(), timeout=timeout_s)
@@ -70,6 +69,7 @@ class LearnerGroup:
 
     @property
     def world_size(self) -> int:
+        """Number of ranks (Ray actors) in the group."""
         return len(self.actors)
 
     def _all(self, method: str, *args: Any, timeout_s: float | None = None) -> list[Any]:
@@ -141,18 +141,11 @@ class LearnerGroup:
         self._all("load_checkpoint", directory)
 
     def shutdown(self) -> None:
-        """Tear the engines and process group down, then end the actors and the placement group."""
-        import ray
+        """Tear the engines and process group down (all ranks at once), end the actors, then free
+        the placement group."""
         from ray.util.placement_group import remove_placement_group
 
         try:
-            self._all("shutdown", timeout_s=120)
+            self._ranks.stop()
         finally:
-            for a in self.actors:
-                ray.kill(a)
             remove_placement_group(self.placement_group)
-
-
-def remote_reference_model(config: LearnerConfig | Mapping[str, Any], num_cpus: float = 1.0, num_gpus: float = 0.0):
-    """A `ReferenceModel` Ray actor (frozen log-probs for the KL term)."""
-    return _remote(ReferenceModel, num_cpus, num_gpus).remote(config)

@@ -8,7 +8,7 @@ benchmark baseline.
 
 Token exactness: the response holds the engine's own ids; observation and feedback text is
 tokenized once and appended with loss mask 0; nothing is re-tokenized. Plain asyncio, no Ray: the
-RolloutWorker actor (`actors.rollout`) is a thin shell around `AgentLoop`.
+RolloutWorker actor (`actors.rollout.worker`) is a thin shell around `AgentLoop`.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from actors.engine import Engine, Sampling
-from actors.trajectory import Trajectory, TurnRecord
+from actors.engines.base import Engine, Sampling
+from actors.rollout.trajectory import Trajectory, TurnRecord
 from recipes.base import Doc, Episode, Recipe, Scorer, Search, as_docs
 
 Searcher = Callable[[str, int], Awaitable[Sequence[Mapping[str, Any] | Doc]]]
@@ -78,9 +78,12 @@ class _EpisodeRun:
 
     @property
     def done(self) -> bool:
+        """Whether the episode has started and the recipe has ended it."""
         return self.episode is not None and self.episode.done
 
     async def start(self) -> None:
+        """Run the recipe's initial search (if it has one), start the episode and its trajectory from
+        the tokenized prompt; end the episode at once if the prompt alone reaches `max_total_tokens`."""
         lp = self.loop
         docs: list[Doc] = []
         if lp.recipe.initial_search:
@@ -163,6 +166,8 @@ class _EpisodeRun:
             lp.recipe.finish(ep, "max_total_tokens")
 
     async def finish(self) -> Trajectory:
+        """The finished trajectory: finish reason, final answer / selected doc ids / evidence, the reward
+        (computed in a worker thread when `compute_reward`) and timings (seconds)."""
         lp, ep, traj = self.loop, self.episode, self.traj
         traj.finish_reason = ep.stop_reason
         final = ep.final
@@ -192,7 +197,7 @@ class AgentLoop:
     """Runs a recipe's episodes on an engine against a searcher.
 
     Args:
-        engine: an `actors.engine.Engine` (vLLM, transformers fallback, or a scripted test engine).
+        engine: an `actors.engines.base.Engine` (vLLM, transformers fallback, or a scripted test engine).
         recipe: the method (`recipes.get_recipe(name)`).
         searcher: `await searcher(query, k)` → hits; e.g. `pool_searcher(retrieval_pool_handle)`.
         sampling: temperature/top-p/seed; `max_tokens`, `stop` and `n` are set per turn here.
@@ -224,6 +229,7 @@ class AgentLoop:
         return list(self.tokenizer.encode(text, add_special_tokens=special))
 
     def decode(self, ids: Sequence[int]) -> str:
+        """Text of token ids, special tokens skipped."""
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
     def fit_observation(self, docs: list[Doc]) -> list[Doc]:
@@ -276,6 +282,7 @@ def stop_prefix_length(decode: Callable[[Sequence[int]], str], ids: Sequence[int
     """Length (tokens) of the shortest prefix of `ids` whose decoded text contains a stop string;
     None if none does. Binary search: containing a stop string is monotone in the prefix length."""
     def has_stop(n: int) -> bool:
+        """Whether the text of the first `n` tokens contains a stop string."""
         text = decode(ids[:n])
         return any(s in text for s in stops)
 
@@ -292,6 +299,7 @@ def pool_searcher(pool: Any) -> Searcher:
     """A searcher over a RetrievalPool actor handle (one query per call; the pool micro-batches)."""
 
     async def search(query: str, k: int):
+        """Top-`k` hits for `query` from the pool, best first (dicts with doc_id, title, text, score)."""
         return (await pool.search.remote([query], k))[0]
 
     return search

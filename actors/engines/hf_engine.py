@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from actors.engine import Generation, Sampling, check_prompt, eos_token_ids
+from actors.engines.base import Generation, Sampling, check_prompt, eos_token_ids
 
 _DTYPES = ("auto", "bfloat16", "float16", "float32")
 
@@ -101,7 +101,7 @@ class HFEngine:
     """The `Engine` protocol on a transformers causal LM (CPU or one GPU).
 
     Args:
-        model: local directory or Hugging Face name (already resolved: see `actors.models`).
+        model: local directory or Hugging Face name (already resolved: see `actors.engines.models`).
         dtype: "auto" (the checkpoint's), "bfloat16", "float16" or "float32".
         device: torch device string (default "cuda" if available else "cpu").
         max_model_len: prompt + generated tokens at most (count).
@@ -244,6 +244,7 @@ class HFEngine:
                                  f"{tuple(params[name].shape)}")
 
         def load() -> None:
+            """Load `named` into the model under the engine lock and set `weight_version` (worker thread)."""
             with self._lock, torch.no_grad():
                 self.model.load_state_dict({n: t.detach() for n, t in named}, strict=False)
                 self.weight_version = int(version)
@@ -257,6 +258,7 @@ class HFEngine:
         self._closed = True
 
         def drop() -> None:
+            """Release the model reference under the engine lock (worker thread)."""
             with self._lock:
                 self.model = None
 

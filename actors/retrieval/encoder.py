@@ -45,6 +45,7 @@ class EncoderSpec:
         return cls(**cfg.model_dump())
 
     def to_dict(self) -> dict:
+        """All fields as a dict, the runtime fields (batch sizes, device) included."""
         return dict(self.__dict__)
 
     def index_fields(self) -> dict:

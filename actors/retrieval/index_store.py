@@ -70,6 +70,7 @@ class Manifest:
     build_seconds: float = 0.0
 
     def to_json(self) -> str:
+        """The manifest as indented JSON text (shards as dicts), the content of manifest.json."""
         return json.dumps(asdict(self), indent=2)
 
     @classmethod
@@ -94,6 +95,7 @@ class Manifest:
 
 
 def shard_name(i: int) -> str:
+    """Directory name of shard `i`, zero-padded to 5 digits: `shard-00000`."""
     return f"shard-{i:05d}"
 
 

@@ -1,0 +1,9 @@
+"""Learners on DeepSpeed and what they train on.
+
+- `rank`: `DeepSpeedRank`, the shared base of a learner rank (distributed setup, engine, checkpoints).
+- `policy`: `PolicyLearner`; `critic`: `CriticLearner`; `reference`: `ReferenceModel`.
+- `group`: `LearnerGroup` (R ranks in one placement group and process group; weight sync).
+- `batch`: `TrainBatch`, `make_train_batch` (trajectories → padded tensors).
+- `token_stats`: `PolicyTokenStats`, `ValueModel` (chunked masked log-probs, values).
+- `shm`: `sweep_stale_shm` (what killed engines and ranks leave in /dev/shm).
+"""

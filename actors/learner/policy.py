@@ -1,0 +1,156 @@
+"""`PolicyLearner`: one DeepSpeed rank of the policy: per-token log-probs and entropies, PPO-family
+updates (`algorithms/` losses), and the weights handed to the rollout engines."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from actors.learner.batch import TrainBatch
+from actors.learner.rank import DeepSpeedRank, mean_metrics, torch_dtype
+from actors.learner.token_stats import PolicyTokenStats
+from algorithms import AlgorithmConfig, entropy_loss, kl_estimate, kl_loss, masked_mean, policy_loss
+from configs.schema import LearnerConfig
+
+
+class PolicyLearner(DeepSpeedRank):
+    """The policy: per-token log-probs/entropies, PPO-family updates, weights for the rollout engines.
+
+    Args:
+        config: `LearnerConfig` (model, ZeRO stage, dtype, optimizer, batch sizes, ...).
+        rank, world_size: this rank and the group size; call `init_distributed` then `setup`.
+        temperature: the rollout sampling temperature (`rollout.temperature`): logits are divided
+            by it, so the recomputed log-probs are those of the sampling distribution.
+    """
+
+    role = "policy"
+
+    def __init__(self, config: LearnerConfig | Mapping[str, Any], rank: int = 0, world_size: int = 1,
+                 temperature: float = 1.0):
+        super().__init__(config, rank, world_size)
+        self.temperature = temperature
+
+    def setup(self) -> int:
+        """Load the model and start the DeepSpeed engine; returns the number of parameters."""
+        from transformers import AutoModelForCausalLM
+
+        from actors.engines.models import resolve_model
+
+        torch.manual_seed(self.config.seed)
+        self.model_path = resolve_model(self.config.model)
+        lm = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32)
+        lm.config.use_cache = False
+        if self.config.gradient_checkpointing:
+            lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        module = PolicyTokenStats(lm, self.config.logprob_chunk_tokens, self.temperature)
+        self._start_engine(module, self.config.lr)
+        return sum(p.numel() for p in lm.parameters())
+
+    def _stats(self, mb: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.engine(mb.input_ids, mb.attention_mask, mb.loss_mask, mb.prompt_len)
+
+    @torch.no_grad()
+    def compute_logprobs(self, batch: TrainBatch) -> dict[str, torch.Tensor]:
+        """Log-probs and entropies of this rank's rows (`rows = range(rank, B, world_size)`).
+
+        Returns:
+            {"rows": int64 [b], "logprobs": float32 [b, R], "entropy": float32 [b, R]} (0 where masked).
+        """
+        self.engine.eval()
+        rows = self._my_rows(torch.arange(batch.size))
+        lp = torch.zeros((len(rows), batch.response_len))
+        ent = torch.zeros_like(lp)
+        done = 0
+        for micro in self._micro_batches(rows):
+            mb = batch.select(micro).to(self.device)
+            a, b = self._stats(mb)
+            lp[done : done + len(micro), : a.shape[1]] = a.float().cpu()
+            ent[done : done + len(micro), : b.shape[1]] = b.float().cpu()
+            done += len(micro)
+        return {"rows": rows, "logprobs": lp, "entropy": ent}
+
+    def update(self, batch: TrainBatch, algorithm: AlgorithmConfig | Mapping[str, Any]) -> dict[str, float]:
+        """PPO-style epochs over the batch (s3 Eq. 2, Eval-RAR Eq. 6, R-Search Eq. 2): clipped
+        surrogate on `batch.advantages`, plus `kl_coef` × KL to `batch.ref_logprobs` when the KL is a
+        loss term (GRPO), minus `entropy_coef` × entropy.
+
+        Args:
+            batch: with `advantages` (and `ref_logprobs` when the KL is a loss term), `[B, R]`.
+            algorithm: `AlgorithmConfig` (clip ε, KL, entropy, loss aggregation).
+
+        Returns:
+            Means over micro-batches: policy_loss, kl, entropy, clip_frac, approx_kl, ratio_max;
+            per optimizer step: grad_norm, lr; plus optimizer_steps, tokens (policy tokens seen on this rank)
+            and update_s (seconds).
+
+        Raises:
+            ValueError: `batch.advantages` is missing, or the KL loss needs `ref_logprobs`, or the batch
+                size is not a multiple of `mini_batch_size`.
+        """
+        algo = algorithm if isinstance(algorithm, AlgorithmConfig) else AlgorithmConfig(**dict(algorithm))
+        if batch.advantages is None:
+            raise ValueError("PolicyLearner.update: batch.advantages is None; compute advantages first")
+        kl_term = algo.kl_coef > 0 and not algo.kl_in_reward
+        if kl_term and batch.ref_logprobs is None:
+            raise ValueError("PolicyLearner.update: the KL loss term needs batch.ref_logprobs "
+                             "(or set kl_coef=0 / kl_in_reward=true)")
+        t0 = time.perf_counter()
+        self.engine.train()
+        rows_metrics: list[dict[str, float]] = []
+        step_metrics: list[dict[str, float]] = []
+        tokens = 0
+        for epoch in range(self.config.ppo_epochs):
+            for mini_rows in self._plan(batch, epoch):
+                mini_mask = batch.loss_mask[mini_rows]  # the whole mini-batch's normaliser
+                for micro in self._micro_batches(self._my_rows(mini_rows), self.grad_accum_steps):
+                    mb = batch.select(micro).to(self.device)
+                    logprobs, entropy = self._stats(mb)
+                    mask = mb.loss_mask
+                    loss, m = policy_loss(logprobs, mb.old_logprobs, mb.advantages, mask, clip_eps=algo.clip_eps,
+                                          clip_eps_high=algo.clip_eps_high, dual_clip=algo.dual_clip,
+                                          agg=algo.loss_agg, norm_len=algo.norm_len)
+                    row = {"policy_loss": float(loss.detach()), **{k: float(v) for k, v in m.items()}}
+                    if kl_term:
+                        kl = kl_loss(logprobs, mb.ref_logprobs, mask, estimator=algo.kl_estimator, agg=algo.loss_agg,
+                                     norm_len=algo.norm_len)
+                        loss = loss + algo.kl_coef * kl
+                    if mb.ref_logprobs is not None:
+                        row["kl"] = float(masked_mean(kl_estimate(logprobs.detach(), mb.ref_logprobs, algo.kl_estimator), mask))
+                    ent = entropy_loss(entropy, mask, agg=algo.loss_agg, norm_len=algo.norm_len)
+                    if algo.entropy_coef:
+                        loss = loss - algo.entropy_coef * ent
+                    row["entropy"] = float(ent.detach())
+                    self.engine.backward(loss * self._loss_scale(mb, mini_mask, algo.loss_agg), scale_wrt_gas=False)
+                    self._optimizer_step()
+                    tokens += int(mask.sum())
+                    rows_metrics.append(row)
+                step_metrics.append({"grad_norm": self._last_grad_norm(),
+                                     "lr": float(self.engine.get_lr()[0])})
+        self.updates += 1
+        out = {**mean_metrics(rows_metrics), **mean_metrics(step_metrics)}
+        out.update(optimizer_steps=float(len(step_metrics)), tokens=float(tokens), update_s=time.perf_counter() - t0)
+        return out
+
+    def named_weights(self, dtype: str = "bf16") -> list[tuple[str, torch.Tensor]] | None:
+        """The policy's weights with Hugging Face names, for `RolloutWorker.update_weights`
+        (gathered from ZeRO partitions; every rank must call; rank 0 gets the list, others None)."""
+        state = self._full_state_dict()
+        if self.rank != 0:
+            return None
+        cast = torch_dtype(dtype) if dtype != "model" else None
+        return [(name.removeprefix("lm."), t.to(cast) if cast else t) for name, t in state.items()]
+
+    def _save_hf(self, directory: Path) -> None:
+        from transformers import AutoTokenizer
+
+        state = {n.removeprefix("lm."): t for n, t in self._full_state_dict().items()}
+        if self.rank == 0:
+            lm = self.engine.module.lm
+            lm.save_pretrained(str(directory), state_dict=state, safe_serialization=True)
+            AutoTokenizer.from_pretrained(self.model_path).save_pretrained(str(directory))
+
+

@@ -1,0 +1,271 @@
+"""`DeepSpeedRank`: what every DeepSpeed learner rank shares: distributed setup, the engine
+(ZeRO stage 0-3, fp32 or bf16, gradient checkpointing, optional CPU offload), the mini/micro-batch
+plan, checkpoints and RNG state. `PolicyLearner` (`actors.learner.policy`) and `CriticLearner`
+(`actors.learner.critic`) build on it; `actors.learner.group.LearnerGroup` runs R of them as Ray
+actors that form one torch.distributed group (gloo on CPU, nccl on GPU).
+
+Gradient normalisation: a mini-batch's loss is aggregated over the *whole* mini-batch (all its
+micro-batches on all ranks), not averaged over micro-batch means, so the gradient does not depend
+on how the mini-batch is split over ranks and micro-batches (rank equivalence).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import socket
+from collections import defaultdict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from actors.learner.batch import TrainBatch
+from configs.schema import LearnerConfig
+
+SHM_PREFIX = "/dev/shm/deepspeed_allreduce_buffer"
+
+
+def free_port() -> int:
+    """A free TCP port on loopback (for the torch.distributed rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def node_address() -> str:
+    """This node's address as other nodes reach it (Ray's view when Ray is running; else loopback)."""
+    with contextlib.suppress(Exception):
+        import ray
+
+        if ray.is_initialized():
+            return ray.util.get_node_ip_address()
+    return "127.0.0.1"
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """torch dtype of a config dtype name ("fp32", "bf16")."""
+    return {"fp32": torch.float32, "bf16": torch.bfloat16}[name]
+
+
+def _rng_state() -> dict[str, Any]:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def _set_rng_state(state: Mapping[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def mean_metrics(rows: list[dict[str, float]]) -> dict[str, float]:
+    """Per-key mean of metric rows."""
+    acc: dict[str, list[float]] = defaultdict(list)
+    for row in rows:
+        for k, v in row.items():
+            acc[k].append(float(v))
+    return {k: sum(v) / len(v) for k, v in acc.items()}
+
+
+class DeepSpeedRank:
+    """One rank of a DeepSpeed learner: distributed setup, engine, mini/micro-batch plan, checkpoints.
+
+    Args:
+        config: `LearnerConfig` (or its dict).
+        rank, world_size: this rank and the group size.
+    """
+
+    role = "learner"
+
+    def __init__(self, config: LearnerConfig | Mapping[str, Any], rank: int = 0, world_size: int = 1):
+        self.config = config if isinstance(config, LearnerConfig) else LearnerConfig(**dict(config))
+        if not 0 <= rank < world_size:
+            raise ValueError(f"{self.role}: rank must be in [0, world_size), got rank={rank}, world_size={world_size}")
+        self.rank, self.world_size = rank, world_size
+        if self.config.torch_threads:  # Ray sets OMP_NUM_THREADS to the reserved CPUs (1 for fractions)
+            torch.set_num_threads(self.config.torch_threads)
+        self.engine = None
+        self.updates = 0  # optimizer-step calls of `update` (RNG stream per update)
+        self._master: tuple[str, int] | None = None
+        self._grad_norm = 0.0  # last step's, where DeepSpeed does not report it (fp32 ZeRO-0)
+
+    # -- distributed setup ------------------------------------------------------------------------------
+    def master_address(self) -> tuple[str, int]:
+        """(address, free port) for the group's rendezvous; asked of rank 0."""
+        return node_address(), free_port()
+
+    @property
+    def device(self) -> torch.device:
+        """CUDA when `gpus_per_rank` > 0 and CUDA is available (device `LOCAL_RANK` if several GPUs are
+        visible, else 0), otherwise CPU."""
+        if self.config.gpus_per_rank > 0 and torch.cuda.is_available():
+            return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)) if torch.cuda.device_count() > 1 else 0)
+        return torch.device("cpu")
+
+    def init_distributed(self, address: str, port: int) -> None:
+        """Join the process group (gloo on CPU, nccl on GPU unless `dist_backend` says otherwise)."""
+        import deepspeed
+
+        self._master = (address, port)
+        os.environ.update(MASTER_ADDR=address, MASTER_PORT=str(port), RANK=str(self.rank),
+                          WORLD_SIZE=str(self.world_size), LOCAL_RANK="0")
+        backend = self.config.dist_backend
+        if backend == "auto":
+            backend = "nccl" if self.device.type == "cuda" else "gloo"
+        deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False,
+                                   rank=self.rank, world_size=self.world_size)
+
+    def _ds_config(self, lr: float) -> dict[str, Any]:
+        c = self.config
+        zero: dict[str, Any] = {"stage": c.zero_stage}
+        if c.offload_optimizer:
+            zero["offload_optimizer"] = {"device": "cpu", "pin_memory": self.device.type == "cuda"}
+        cfg: dict[str, Any] = {
+            "train_micro_batch_size_per_gpu": c.micro_batch_size,
+            "gradient_accumulation_steps": self.grad_accum_steps,
+            "train_batch_size": c.micro_batch_size * self.grad_accum_steps * self.world_size,
+            "gradient_clipping": c.grad_clip,
+            "zero_optimization": zero,
+            "bf16": {"enabled": c.dtype == "bf16"},
+            "zero_allow_untested_optimizer": True,
+            "steps_per_print": 10**9,
+            "wall_clock_breakdown": False,
+        }
+        if c.warmup_steps:  # linear warm-up to `lr`, then constant (the papers' schedule)
+            cfg["scheduler"] = {"type": "WarmupLR", "params": {"warmup_min_lr": 0.0, "warmup_max_lr": lr,
+                                                                "warmup_num_steps": c.warmup_steps,
+                                                                "warmup_type": "linear"}}
+        return cfg
+
+    @property
+    def grad_accum_steps(self) -> int:
+        """Micro-batches per optimizer step on each rank."""
+        per_rank = self.config.mini_batch_size // self.world_size
+        return max(1, -(-per_rank // self.config.micro_batch_size))
+
+    def _start_engine(self, module: torch.nn.Module, lr: float) -> None:
+        import deepspeed
+
+        if self.config.mini_batch_size % self.world_size:
+            raise ValueError(f"learner.mini_batch_size ({self.config.mini_batch_size}) must be a multiple of "
+                             f"num_ranks ({self.world_size})")
+        params = [p for p in module.parameters() if p.requires_grad]
+        betas = (self.config.adam_beta1, self.config.adam_beta2)
+        if self.config.offload_optimizer:
+            from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+            optimizer = DeepSpeedCPUAdam(params, lr=lr, betas=betas, eps=self.config.adam_eps,
+                                         weight_decay=self.config.weight_decay, adamw_mode=True)
+        else:  # torch's AdamW: no op compilation (DeepSpeed's FusedAdam would compile for ~40 s here)
+            optimizer = torch.optim.AdamW(params, lr=lr, betas=betas, eps=self.config.adam_eps,
+                                          weight_decay=self.config.weight_decay)
+        self.engine, *_ = deepspeed.initialize(model=module, optimizer=optimizer, config=self._ds_config(lr))
+
+    def _optimizer_step(self) -> None:
+        """`engine.step()`. Under fp32 ZeRO-0 DeepSpeed clips without keeping the gradient norm, so it is
+        taken here first, at the accumulation boundary, where the gradients are already all-reduced."""
+        if self.config.zero_stage == 0 and self.engine.is_gradient_accumulation_boundary():
+            norms = [torch.linalg.vector_norm(p.grad.float()) for p in self.engine.module.parameters()
+                     if p.grad is not None]
+            self._grad_norm = float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
+        self.engine.step()
+
+    def _last_grad_norm(self) -> float:
+        """L2 norm of the last optimizer step's gradients (before clipping)."""
+        norm = self.engine.get_global_grad_norm()
+        return float(norm) if norm is not None else self._grad_norm
+
+    # -- batches ------------------------------------------------------------------------------------------
+    def _my_rows(self, rows: torch.Tensor) -> torch.Tensor:
+        return rows[self.rank :: self.world_size]
+
+    def _micro_batches(self, rows: torch.Tensor, count: int | None = None) -> list[torch.Tensor]:
+        count = count or max(1, -(-len(rows) // self.config.micro_batch_size))
+        return [r for r in torch.tensor_split(rows, count) if len(r)] if len(rows) else []
+
+    def _plan(self, batch: TrainBatch, epoch: int) -> list[torch.Tensor]:
+        """Mini-batches (global row indices) of one epoch; the same permutation on every rank."""
+        size, mini = batch.size, self.config.mini_batch_size
+        if size % mini:
+            raise ValueError(f"train batch of {size} sequences is not a multiple of learner.mini_batch_size "
+                             f"({mini}); change rollout batch size × samples per prompt or the mini-batch size")
+        gen = torch.Generator().manual_seed(self.config.seed * 1_000_003 + self.updates * 101 + epoch)
+        perm = torch.randperm(size, generator=gen) if self.config.shuffle else torch.arange(size)
+        return list(perm.split(mini))
+
+    def _loss_scale(self, mb: TrainBatch, mini_mask: torch.Tensor, agg: str) -> float:
+        """Weight of a micro-batch's aggregated loss so the sum over the mini-batch's micro-batches and
+        ranks (DeepSpeed averages gradients over ranks) is the loss aggregated over the mini-batch."""
+        if agg == "token_mean":
+            num, den = mb.loss_mask.sum(), mini_mask.sum()
+        else:
+            num, den = (mb.loss_mask.sum(1) > 0).sum(), (mini_mask.sum(1) > 0).sum()
+        return float(num) / max(float(den), 1.0) * self.world_size
+
+    # -- checkpoints ----------------------------------------------------------------------------------------
+    def _client_state(self) -> dict[str, Any]:
+        return {"updates": self.updates, "rng": _rng_state()}
+
+    def save_checkpoint(self, directory: str) -> str:
+        """Write the DeepSpeed state (weights, optimizer, scheduler; every rank its shard) and RNG
+        states to `directory/<role>/deepspeed`; rank 0 also writes the Hugging Face model
+        (safetensors) to `directory/<role>/hf`. Every rank must call it. Returns the role folder."""
+        root = Path(directory) / self.role
+        self.engine.save_checkpoint(str(root / "deepspeed"), tag="state", client_state=self._client_state())
+        self._save_hf(root / "hf")
+        return str(root)
+
+    def load_checkpoint(self, directory: str) -> None:
+        """Restore what `save_checkpoint` wrote (same world size and ZeRO stage).
+
+        Raises:
+            FileNotFoundError: no checkpoint of this role under `directory`.
+        """
+        path = Path(directory) / self.role / "deepspeed"
+        if not (path / "state").is_dir():
+            raise FileNotFoundError(f"{self.role}: no checkpoint at {path}/state; pass a checkpoint directory "
+                                    f"written by save_checkpoint")
+        _, client = self.engine.load_checkpoint(str(path), tag="state", load_optimizer_states=True,
+                                                load_lr_scheduler_states=True)
+        self.updates = int(client["updates"])
+        _set_rng_state(client["rng"])
+
+    def _full_state_dict(self) -> dict[str, torch.Tensor]:
+        """The module's parameters gathered from ZeRO partitions (every rank must call; tied weights once)."""
+        import deepspeed
+
+        module = self.engine.module
+        out: dict[str, torch.Tensor] = {}
+        for name, p in module.named_parameters():  # named_parameters() lists a tied weight once
+            with deepspeed.zero.GatheredParameters([p], enabled=self.config.zero_stage == 3):
+                out[name] = p.detach().to("cpu", copy=True)
+        return out
+
+    def _save_hf(self, directory: Path) -> None:
+        raise NotImplementedError
+
+    def peak_memory_bytes(self) -> int:
+        """Peak memory of this rank (bytes): CUDA allocator peak on GPU, peak resident set on CPU."""
+        if self.device.type == "cuda":
+            return int(torch.cuda.max_memory_allocated(self.device))
+        import resource
+
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
+
+    def shutdown(self) -> None:
+        """Free the engine and the process group, and remove DeepSpeed's /dev/shm all-reduce buffer
+        of this rank (DeepSpeed leaves a 66 MB file per process otherwise)."""
+        import torch.distributed as dist
+
+        self.engine = None
+        with contextlib.suppress(Exception):
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        if self._master is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{SHM_PREFIX}_{os.getuid()}_{self._master[0]}_{self._master[1]}_{self.rank}")
+
+

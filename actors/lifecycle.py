@@ -1,0 +1,91 @@
+"""`ActorSet`: the one owner of actors' lifecycles: start with resources, wait for ready with a
+deadline, shut down and free what they held.
+
+Pipelines create their actors through an `ActorSet` and call `stop()` in `finally`: every actor's
+`shutdown()` (engines and DeepSpeed ranks free /dev/shm and GPU memory there) runs before it is
+killed, newest first, so an actor never outlives what it depends on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class ActorSet:
+    """Actors started together and stopped together. Import-light: Ray is imported on use."""
+
+    def __init__(self) -> None:
+        self.handles: list[Any] = []
+        self._classes: dict[tuple, Any] = {}
+
+    def start(self, cls: type, *args: Any, num_cpus: float = 1.0, num_gpus: float = 0.0,
+              max_concurrency: int | None = 1000, **kwargs: Any) -> Any:
+        """Start `cls(*args, **kwargs)` as a Ray actor with `num_cpus` / `num_gpus` (logical
+        reservations) and keep its handle. `max_concurrency`: concurrent calls (async actors).
+        Ray options (name, max_restarts, scheduling_strategy, ...) go in `kwargs` as `options=`."""
+        import ray
+
+        options = dict(kwargs.pop("options", {}))
+        key = (cls, num_cpus, num_gpus, max_concurrency)
+        if key not in self._classes:
+            remote_opts: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus}
+            if max_concurrency is not None:
+                remote_opts["max_concurrency"] = max_concurrency
+            self._classes[key] = ray.remote(**remote_opts)(cls)
+        actor_cls = self._classes[key]
+        handle = (actor_cls.options(**options) if options else actor_cls).remote(*args, **kwargs)
+        self.handles.append(handle)
+        return handle
+
+    def adopt(self, handle: Any) -> Any:
+        """Own an actor started elsewhere (e.g. `start_retrieval_pool`); returns it."""
+        self.handles.append(handle)
+        return handle
+
+    @staticmethod
+    def wait_ready(handles: Iterable[Any], timeout_s: float = 600.0, what: str = "actors") -> list[Any]:
+        """Call `ready()` on every handle and wait at most `timeout_s` seconds for all of them.
+
+        Raises:
+            TimeoutError: not ready in time (usually: the cluster lacks the resources to place them,
+                or a model is still downloading); names `what`.
+        """
+        import ray
+
+        refs = [h.ready.remote() for h in handles]
+        try:
+            return ray.get(refs, timeout=timeout_s)
+        except ray.exceptions.GetTimeoutError as e:
+            raise TimeoutError(f"{what} not ready after {timeout_s:.0f} s: check that the cluster has the CPUs/GPUs "
+                               "the config reserves (`python -m scripts.cluster_check`) and the actors' logs") from e
+
+    def stop(self, handles: Sequence[Any] | None = None, timeout_s: float = 120.0) -> None:
+        """Shut down, then kill `handles` (default: all). `shutdown()` is called on all of them at
+        once (the ranks of one process group leave it together) and waited for at most `timeout_s`
+        seconds in all; a failure is logged and the rest still stop. Handles whose class has no
+        `shutdown` are only killed."""
+        import ray
+
+        targets = list(reversed(self.handles)) if handles is None else list(handles)
+        pending = [(h, h.shutdown.remote()) for h in targets if hasattr(h, "shutdown")]
+        deadline = time.monotonic() + timeout_s
+        for h, ref in pending:
+            try:
+                ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
+            except Exception as e:  # noqa: BLE001 - report and keep stopping the others
+                log.warning("shutdown of %s failed: %s: %s", _name(h), type(e).__name__, e)
+        for h in targets:
+            try:
+                ray.kill(h)
+            except Exception as e:  # noqa: BLE001
+                log.warning("kill of %s failed: %s: %s", _name(h), type(e).__name__, e)
+        ids = {id(h) for h in targets}
+        self.handles = [h for h in self.handles if id(h) not in ids]
+
+def _name(handle: Any) -> str:
+    return repr(handle)  # Ray's repr names the class and the actor id

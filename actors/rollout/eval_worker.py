@@ -1,0 +1,43 @@
+"""`EvalWorker`: a RolloutWorker for evaluation: one greedy episode per question, no reward, and
+each episode's final output as evaluation scores it (`Trajectory.to_json` drops the Episode,
+hence the s3 documents)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from actors.rollout.worker import RolloutWorker
+
+
+class EvalWorker(RolloutWorker):
+    """A `RolloutWorker` whose `run_final` returns final outputs instead of trajectories."""
+
+    async def run_final(
+        self,
+        examples: Sequence[Mapping[str, Any]],
+        recipe: str,
+        *,
+        recipe_config: Mapping[str, Any] | None = None,
+        sampling: Mapping[str, Any] | None = None,
+        limits: Mapping[str, Any] | None = None,
+        chat: bool | None = None,
+    ) -> list[dict[str, Any]]:
+        """One episode per example, no reward. Returns per example `{id, dataset, question,
+        golden_answers, answer, context, searches, finish_reason}`: `context` is the formatted
+        selected documents for recipes whose frozen generator answers (`Recipe.generator_answers`,
+        else None); `searches` counts retrieval calls, the initial top-k included."""
+        loop = await self.agent_loop(recipe, recipe_config, sampling, limits, chat, compute_reward=False)
+        rec = loop.recipe
+        trajs = await loop.run_batch(list(examples), 1)
+        out = []
+        for ex, t in zip(examples, trajs):
+            ep = t.episode
+            final = ep.final or rec.final_output(ep)
+            out.append({
+                "id": str(ex.get("id", "")), "dataset": str(ex.get("dataset", "")), "question": ep.question,
+                "golden_answers": list(ep.golden_answers), "answer": final.answer,
+                "context": rec.format_docs(final.selected_docs) if rec.generator_answers else None,
+                "searches": ep.num_searches + int(rec.initial_search), "finish_reason": ep.stop_reason,
+            })
+        return out

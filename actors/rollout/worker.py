@@ -1,0 +1,88 @@
+"""`RolloutWorker`: the Ray actor that runs a recipe's episodes on a policy engine; a thin async
+shell over `AgentLoop`.
+
+A RolloutWorker holds one policy engine (vLLM by default) and runs episodes of any recipe against
+the RetrievalPool; many episodes share the engine's batch. Rewards that need a frozen LLM go to the
+frozen generator / judge actors (`actors.frozen`).
+
+`update_weights` is meant to be called between rollout batches (synchronous RL): episodes record
+the weight version they started with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from actors.engines.base import Sampling
+from actors.engines.spec import EngineHolder, EngineSpec, engine_spec
+from actors.frozen.scorer import ActorScorer
+from actors.lifecycle import ActorSet
+from actors.rollout.agent_loop import AgentLoop, RolloutLimits, pool_searcher
+from recipes import get_recipe
+
+
+class RolloutWorker:
+    """Runs a recipe's episodes on a policy engine.
+
+    Args:
+        spec: the policy engine (`actors.engines.spec.EngineSpec` or a dict of its fields).
+        pool: a RetrievalPool actor handle (searches go through it).
+        generator, judge: FrozenLLMWorker handles for rewards that need frozen LLMs (s3, R-Search).
+    """
+
+    def __init__(self, spec: EngineSpec | Mapping[str, Any], pool: Any, generator: Any = None, judge: Any = None):
+        self.holder = EngineHolder(spec)
+        self.searcher = pool_searcher(pool)
+        self.scorer = ActorScorer(generator, judge) if generator is not None else None
+
+    async def ready(self) -> int:
+        """Start the engine; returns its weight version."""
+        return (await self.holder.get()).weight_version
+
+    async def agent_loop(self, recipe: str, recipe_config: Mapping[str, Any] | None, sampling: Mapping[str, Any] | None,
+                         limits: Mapping[str, Any] | None, chat: bool | None, compute_reward: bool) -> AgentLoop:
+        """An `AgentLoop` of `recipe` on this worker's engine and pool."""
+        return AgentLoop(await self.holder.get(), get_recipe(recipe, dict(recipe_config or {})), self.searcher,
+                         Sampling(**dict(sampling or {})), RolloutLimits(**dict(limits or {})), chat=chat,
+                         scorer=self.scorer, compute_reward=compute_reward)
+
+    async def run(
+        self,
+        examples: Sequence[Mapping[str, Any]],
+        recipe: str,
+        *,
+        recipe_config: Mapping[str, Any] | None = None,
+        n: int = 1,
+        sampling: Mapping[str, Any] | None = None,
+        limits: Mapping[str, Any] | None = None,
+        chat: bool | None = None,
+        compute_reward: bool = True,
+    ) -> list[dict[str, Any]]:
+        """`n` episodes per example (dicts with id, question, golden_answers, dataset). `sampling`:
+        `actors.engines.base.Sampling` fields; `limits`: `RolloutLimits` fields (tokens);
+        `compute_reward`: score each episode as it ends. Returns trajectories as JSON-ready dicts
+        (`Trajectory.to_json`)."""
+        loop = await self.agent_loop(recipe, recipe_config, sampling, limits, chat, compute_reward)
+        return [t.to_json() for t in await loop.run_batch(list(examples), n)]
+
+    async def update_weights(self, named_tensors: Iterable[tuple[str, Any]], version: int) -> int:
+        """Load new policy weights; returns the recorded version."""
+        engine = await self.holder.get()
+        await engine.update_weights(named_tensors, version)
+        return engine.weight_version
+
+    async def shutdown(self) -> None:
+        """Free the engine (call before ray.shutdown: vLLM leaves /dev/shm segments otherwise)."""
+        await self.holder.shutdown()
+
+
+def start_rollout_workers(actors: ActorSet, cfg: Any, pool: Any, generator: Any = None, judge: Any = None,
+                          model: str | None = None, worker_cls: type = RolloutWorker, count: int | None = None) -> list:
+    """Start `count` (default `rollout.num_workers`) workers of `worker_cls` on the policy engine of
+    `cfg` (`model`: another policy, e.g. a checkpoint), each with `rollout.cpus_per_worker` /
+    `gpus_per_worker`. Returns the handles (not yet ready: see `ActorSet.wait_ready`)."""
+    ro = cfg.rollout
+    spec = engine_spec(cfg, "policy", model)
+    return [actors.start(worker_cls, spec, pool, generator, judge, num_cpus=ro.cpus_per_worker,
+                         num_gpus=ro.gpus_per_worker) for _ in range(ro.num_workers if count is None else count)]

@@ -1,0 +1,82 @@
+"""One logging setup for every entry point: the `logging` module, one format, a per-run log file.
+
+- Console (stderr): this project's loggers at INFO; Ray, vLLM, transformers, DeepSpeed and the
+  other libraries at WARNING. Ray's driver messages ("Started a local Ray instance") and the actors'
+  output (worker-process warnings, per-actor log lines) stay off the console; they are in the
+  run's log and in Ray's session log folder, whose path the run's log records.
+- `--verbose` (every entry point) shows everything at INFO and streams the actors' output, as Ray
+  does by default.
+- `add_run_log(run_dir)`: every record from INFO up, from every library, also goes to
+  `<run_dir>/run.log`.
+
+Plain `print` is kept for output meant for the user (result tables, paths); progress bars are tqdm.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+PROJECT_LOGGERS = ("actors", "algorithms", "cluster", "configs", "pipelines", "recipes", "scripts", "__main__")
+RUN_LOG = "run.log"
+
+_state = {"verbose": False}
+
+
+def setup_logging(verbose: bool = False) -> None:
+    """Configure the root logger once per process: a console handler with `FORMAT`; INFO for this
+    project's loggers, WARNING for the libraries unless `verbose`. Calling it again only updates
+    the levels."""
+    _state["verbose"] = verbose
+    root = logging.getLogger()
+    if not any(getattr(h, "_searchrl_console", False) for h in root.handlers):
+        console = logging.StreamHandler()
+        console.setFormatter(logging.Formatter(FORMAT))
+        console._searchrl_console = True  # type: ignore[attr-defined]
+        root.addHandler(console)
+    root.setLevel(logging.INFO)
+    library_level = logging.INFO if verbose else logging.WARNING
+    for handler in root.handlers:
+        if getattr(handler, "_searchrl_console", False):
+            handler.removeFilter(_console_filter)
+            if not verbose:
+                handler.addFilter(_console_filter)
+    for name in PROJECT_LOGGERS:
+        logging.getLogger(name).setLevel(logging.INFO)
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", logging.getLevelName(library_level))
+    os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+
+
+def _console_filter(record: logging.LogRecord) -> bool:
+    """Console: this project's INFO records, everyone's warnings."""
+    return record.levelno >= logging.WARNING or record.name.split(".")[0] in PROJECT_LOGGERS
+
+
+def verbose() -> bool:
+    """Whether `setup_logging(verbose=True)` was called (actors' output streamed to the console)."""
+    return _state["verbose"]
+
+
+def add_run_log(run_dir: str | Path) -> Path:
+    """Send every INFO-and-above record of this process, from every logger, to `<run_dir>/run.log`
+    (appended: a resumed run continues it). Returns the file's path."""
+    path = Path(run_dir) / RUN_LOG
+    root = logging.getLogger()
+    if not any(isinstance(h, logging.FileHandler) and Path(h.baseFilename) == path.resolve() for h in root.handlers):
+        handler = logging.FileHandler(path, encoding="utf-8")
+        handler.setFormatter(logging.Formatter(FORMAT))
+        handler.setLevel(logging.INFO)
+        root.addHandler(handler)
+    return path
+
+
+def remove_run_log(run_dir: str | Path) -> None:
+    """Close and detach the `add_run_log` handler of `run_dir`."""
+    path = (Path(run_dir) / RUN_LOG).resolve()
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        if isinstance(h, logging.FileHandler) and Path(h.baseFilename) == path:
+            root.removeHandler(h)
+            h.close()
