@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.engines.spec import EngineSpec, engine_spec
+from recipes import RECIPES
 from recipes.base import ANSWER_PROMPT
 from recipes.metrics import cover_exact_match, exact_match, f1_score, span_check
 
@@ -293,7 +294,7 @@ def plan_methods(cfg: Any, methods: Sequence[str], checkpoint: str | None) -> li
 
     plans = []
     for m in methods:
-        if m in ("direct", "naive_rag"):
+        if m in RECIPES and not RECIPES[m].trainable:  # a baseline recipe: the frozen generator answers
             # Chat as the frozen generator decides it (None = when its tokenizer has a template).
             plans.append(_Plan(m, m, {"topk": cfg.retrieval.topk}, gen_spec, gen_res, gen_limits, None))
         else:
@@ -372,12 +373,11 @@ def evaluate(
     from actors.retrieval.pool import start_retrieval_pool
     from actors.rollout.eval_worker import EvalWorker
     from cluster.ray_init import init_ray
-    from recipes import RECIPES
 
     names = parse_methods(methods)
     plans = plan_methods(cfg, names, str(checkpoint) if checkpoint is not None else None)
     examples = load_questions(qa_file, cfg.data.dir, limit, sample_seed=cfg.seed if sample else None)
-    needs_pool = any(p.recipe != "direct" for p in plans)
+    needs_pool = any(RECIPES[p.recipe].retrieves for p in plans)
     if needs_pool and pool is None:
         Manifest.load(cfg.index.dir)  # a missing / unfinished index fails before any actor starts
     generator_answers = any(RECIPES[p.recipe].generator_answers for p in plans)

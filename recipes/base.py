@@ -283,6 +283,7 @@ class Recipe(ABC):
 
     - `initial_search`: the method starts from top-k documents for the question (s3 "begin with
       search", naive RAG); the rollout fetches them and passes `initial_docs` to `start`.
+    - `retrieves`: episodes call the retrieval pool at all (False for direct inference).
     - `trainable`: RL trains a policy on it (False for the direct / naive-RAG baselines).
     - `generator_answers`: episodes end in a selected context, not an answer; the frozen generator
       answers from it at evaluation (s3).
@@ -294,6 +295,7 @@ class Recipe(ABC):
     config_cls: ClassVar[type[RecipeConfig]] = RecipeConfig
     stop_strings: ClassVar[tuple[str, ...]] = ()
     initial_search: ClassVar[bool] = False
+    retrieves: ClassVar[bool] = True
     trainable: ClassVar[bool] = True
     generator_answers: ClassVar[bool] = False
 

@@ -83,6 +83,7 @@ class Direct(_SingleTurn):
     """Direct inference: no retrieval."""
 
     name = "direct"
+    retrieves = False
 
     def build_prompt(self, question: str, initial_docs: Sequence[Doc], chat: bool) -> Prompt:
         return self._prompt(DIRECT_PROMPT.format(question=question), chat)

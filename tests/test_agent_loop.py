@@ -196,3 +196,17 @@ def test_papers_baseline_generates_past_the_tag_and_cuts_to_the_same_trajectory(
     junk_tokens = len(gemma_tokenizer.encode(junk, add_special_tokens=False))
     assert out[False].timings["wasted_tokens"] == pytest.approx(2 * junk_tokens, abs=2)
     assert out[True].timings["wasted_tokens"] == 0
+
+
+def test_chat_model_path_is_token_exact(smollm2_tokenizer):
+    """An instruct model (SmolLM2, ChatML) takes the chat path: the prompt is the tokenizer's chat
+    template, turns end at the recipe's stop strings, and the loss mask covers exactly the policy's
+    text across turns with observations between them."""
+    trajs, _ = run_loop(smollm2_tokenizer, get_recipe("search_r1"), SEARCH_R1_TURNS,
+                        [ex("1", Q1, ["Mira Tolven"])], chat=True)
+    (t,) = trajs
+    prompt = smollm2_tokenizer.decode(t.prompt_ids)
+    assert prompt.startswith("<|im_start|>system\n") and prompt.endswith("<|im_start|>assistant\n")
+    assert Q1 in prompt and [r.action for r in t.turns] == ["Search", "Answer"] and t.reward == 1.0
+    check_alignment(smollm2_tokenizer, t)
+    assert t.loss_mask.count(0) == t.turns[0].observation_tokens > 0

