@@ -296,6 +296,10 @@ class TrainConfig(StrictModel):
     eval_every: int = Field(0, ge=0, description="Dev-split evaluation every N steps; 0 = only at the end.")
     eval_questions: int = Field(32, ge=0, description="Dev questions per evaluation; 0 = no evaluation.")
     save_every: int = Field(10, ge=0, description="Checkpoint every N steps (and at the end); 0 = only at the end.")
+    keep_checkpoints: int = Field(
+        1, ge=1, description="Newest checkpoints that keep their DeepSpeed state (optimizer, scheduler) for --resume; "
+        "older saved steps keep only their Hugging Face weights.",
+    )
     save_rollouts: bool = Field(True, description="Write each step's trajectories to rollouts/step-<n>.jsonl.gz.")
     wandb: WandbConfig = Field(default_factory=WandbConfig, description="wandb logging.")
 

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from configs.schema import Config
+from pipelines.checkpoints import STATE_FILE, dir_bytes, last_checkpoint, prune_checkpoints
 
 log = logging.getLogger(__name__)
 
@@ -96,12 +97,6 @@ def new_run_dir(cfg: Config) -> Path:
     path = Path(cfg.run_dir) / f"{cfg.train.recipe}-{time.strftime('%Y%m%d-%H%M%S')}"
     path.mkdir(parents=True, exist_ok=False)
     return path
-
-
-def last_checkpoint(run_dir: Path) -> Path | None:
-    """The newest complete checkpoint (`trainer_state.json` is written last) of a run, or None."""
-    done = [p for p in (run_dir / "checkpoints").glob("step-*") if (p / "trainer_state.json").is_file()]
-    return max(done, key=lambda p: int(p.name.split("-")[1]), default=None)
 
 
 class Trainer:
@@ -242,18 +237,23 @@ class Trainer:
     # -- checkpoints ------------------------------------------------------------------------------------
     def save(self, step: int) -> Path:
         """Checkpoint after `step` completed steps: learners (weights, optimizer, scheduler, RNG), then
-        `trainer_state.json` (written last: its presence marks a complete checkpoint)."""
+        `trainer_state.json` (written last: its presence marks a complete checkpoint). Older
+        checkpoints beyond `train.keep_checkpoints` keep only their Hugging Face weights."""
         path = self.run_dir / "checkpoints" / f"step-{step}"
         self.policy.save_checkpoint(str(path))
         if self.critic is not None:
             self.critic.save_checkpoint(str(path))
         state = {"step": step, "wandb_id": self.tracker.wandb_id if self.tracker else None, "time": time.time()}
-        (path / "trainer_state.json").write_text(json.dumps(state))
+        (path / STATE_FILE).write_text(json.dumps(state))
+        for old in prune_checkpoints(self.run_dir, self.cfg.train.keep_checkpoints):
+            log.info("checkpoint %s: optimizer state dropped, Hugging Face weights kept (%.2f GB)", old.name,
+                     dir_bytes(old) / 1e9)
+        log.info("checkpoint %s: %.2f GB", path.name, dir_bytes(path) / 1e9)
         return path
 
     def resume(self, checkpoint: Path) -> int:
         """Load a checkpoint into the learners, sync the policy to the workers; returns the step."""
-        state = json.loads((checkpoint / "trainer_state.json").read_text())
+        state = json.loads((checkpoint / STATE_FILE).read_text())
         self.policy.load_checkpoint(str(checkpoint))
         if self.critic is not None:
             self.critic.load_checkpoint(str(checkpoint))
@@ -333,7 +333,7 @@ def train(cfg: Config, resume: str | Path | None = None, progress: bool = True) 
         wandb_id = None
         if checkpoint is not None:
             start_step = trainer.resume(checkpoint)
-            wandb_id = json.loads((checkpoint / "trainer_state.json").read_text()).get("wandb_id")
+            wandb_id = json.loads((checkpoint / STATE_FILE).read_text()).get("wandb_id")
         trainer.tracker = Tracker(run_dir, cfg, wandb_id=wandb_id, resumed=checkpoint is not None)
         run_loop(trainer, start_step)
     finally:

@@ -43,9 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     from cluster.ray_init import init_ray
     from cluster.roles import ResourceFitError
     from pipelines.build_index import build_index
+    from pipelines.checkpoints import last_checkpoint
     from pipelines.evaluate import evaluate, format_markdown
     from pipelines.tracking import REWARD_CURVE
-    from pipelines.train import TrainConfigError, last_checkpoint, train, validate
+    from pipelines.train import TrainConfigError, train, validate
 
     t0 = time.perf_counter()
     started = init_ray(cfg.ray)

@@ -120,7 +120,8 @@ def _max_weight_change(before_dir, after_file) -> float:
 
 @pytest.mark.slow
 def test_two_steps_checkpoint_and_resume(ray_local, small_index, tiny_gemma_dir, tmp_path):
-    from pipelines.train import last_checkpoint, train
+    from pipelines.checkpoints import last_checkpoint
+    from pipelines.train import train
 
     cfg = _tiny_run(
         "configs/r1_searcher_cpu.yaml", small_index, tiny_gemma_dir, tmp_path, "train.save_every=1",
@@ -182,7 +183,8 @@ def test_every_recipe_trains_two_steps(ray_local, small_index, tiny_gemma_dir, t
     """Two real steps of each recipe's CPU config (its algorithm: PPO with a critic for s3, GRPO for
     the others): every expected metric key is written, the policy weights change, and the rollout
     workers generate step 2 with the weights of update 1."""
-    from pipelines.train import last_checkpoint, train
+    from pipelines.checkpoints import last_checkpoint
+    from pipelines.train import train
 
     cfg = _tiny_run(f"configs/{recipe}_cpu.yaml", small_index, tiny_gemma_dir, tmp_path, "train.total_steps=2",
                     "train.eval_every=2", "train.save_every=2", "train.wandb.mode=disabled")
