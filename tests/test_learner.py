@@ -257,3 +257,18 @@ def test_checkpoint_resume_gives_identical_next_step(ray_local, tiny_gemma_dir, 
     for key in ("policy_loss", "clip_frac", "grad_norm", "lr", "entropy"):
         assert got[key] == pytest.approx(expected[key], rel=1e-5, abs=1e-7), key
     assert max((got_w[k] - expected_w[k]).abs().max().item() for k in got_w) < 1e-6
+
+
+def test_update_flops_counts_decoder_on_all_tokens_and_head_on_policy_tokens(tiny_gemma_dir):
+    from transformers import AutoModelForCausalLM
+
+    from actors.learner.flops import decoder_param_count, update_flops
+
+    lm = AutoModelForCausalLM.from_pretrained(tiny_gemma_dir, dtype=torch.float32)
+    n = decoder_param_count(lm)
+    embed = lm.get_input_embeddings().weight.numel()
+    assert 0 < n == sum(p.numel() for p in lm.parameters()) - embed  # tied head: counted once, skipped
+    assert update_flops(n, 64, 1000, tokens=10, policy_tokens=4) == 6 * (n * 10 + 64 * 1000 * 4)
+    assert update_flops(n, 64, 1000, 10, 4, backward=False) == 2 * (n * 10 + 64 * 1000 * 4)
+    with pytest.raises(ValueError):
+        update_flops(-1, 64, 1000, 10, 4)
