@@ -6,8 +6,10 @@ The batch is made of real text: Search-R1 prompts of dev questions, and response
 policy text with retrieved passages (loss mask 0) from the pack's corpus, tokenized by the policy's
 tokenizer. For each rank count, a `LearnerGroup` (ZeRO stage and dtype from `learner.*` in the config,
 Gemma 3 270M by default) takes `--steps` GRPO steps; the first is a warm-up and is not timed.
-Weight sync is timed into one vLLM RolloutWorker. Writes JSON (--out) and ends with one line:
-`learner: tokens_per_s_1rank=<x> tokens_per_s_2rank=<y> sync_s=<z>`.
+Weight sync is timed into one vLLM RolloutWorker. MFU: the update's model FLOPs
+(`actors.learner.flops`) per second over this machine's measured matmul peak in the training dtype.
+Writes JSON (--out) and ends with one line:
+`learner: tokens_per_s_1rank=<x> tokens_per_s_2rank=<y> sync_s=<z> mfu_1rank=<a> mfu_2rank=<b>`.
 """
 
 from __future__ import annotations
@@ -46,6 +48,23 @@ def real_text_trajectories(cfg, tokenizer, seqs: int, response_tokens: int, seed
     return out
 
 
+def model_flops(model: str, batch) -> float:
+    """Model FLOPs of one update over `batch` (`actors.learner.flops.update_flops`: decoder on every
+    non-pad token, LM head on policy tokens); the model is built on the meta device (no weights)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from actors.engines.models import resolve_model
+    from actors.learner.flops import decoder_param_count, update_flops
+
+    config = AutoConfig.from_pretrained(resolve_model(model))
+    with torch.device("meta"):
+        lm = AutoModelForCausalLM.from_config(config)
+    head = lm.get_output_embeddings().weight
+    return update_flops(decoder_param_count(lm), head.shape[1], head.shape[0], int(batch.attention_mask.sum()),
+                        batch.num_policy_tokens())
+
+
 def bench_ranks(cfg, ranks: int, batch, steps: int, rollout_worker) -> dict:
     """Time `steps` GRPO updates of a `ranks`-rank policy `LearnerGroup` on `batch` (the first is a
     warm-up, untimed unless it is the only one), then one weight sync into `rollout_worker` (None: none).
@@ -81,8 +100,10 @@ def bench_ranks(cfg, ranks: int, batch, steps: int, rollout_worker) -> dict:
         tokens = timed[0]["tokens"]
         peak = ray.get([a.peak_memory_bytes.remote() for a in group.actors])
         sync = group.sync_weights([rollout_worker], version=ranks) if rollout_worker is not None else {}
-        return {"ranks": ranks, "torch_threads": learner.torch_threads, "update_s": update_s, "policy_tokens": tokens, "tokens_per_s": tokens / update_s,
-                "peak_memory_bytes_per_rank": peak, "sync": sync, "steps": runs}
+        flops = model_flops(cfg.learner.model, batch)
+        return {"ranks": ranks, "torch_threads": learner.torch_threads, "update_s": update_s, "policy_tokens": tokens,
+                "tokens_per_s": tokens / update_s, "model_flops_per_update": flops,
+                "model_flops_per_s": flops / update_s, "peak_memory_bytes_per_rank": peak, "sync": sync, "steps": runs}
     finally:
         group.shutdown()
 
@@ -126,6 +147,11 @@ def main(argv: list[str] | None = None) -> None:
             actors.stop()
             if started:
                 ray.shutdown()
+    from actors.learner.flops import matmul_peak_flops
+
+    peak_flops = {d: matmul_peak_flops(d, threads=os.cpu_count()) for d in ("fp32", "bf16")}
+    for r in results:  # MFU against the whole machine's peak in the training dtype (all ranks share it)
+        r["mfu"] = r["model_flops_per_s"] / peak_flops[cfg.learner.dtype]
     by_ranks = {r["ranks"]: r for r in results}
     sync_s = [r["sync"]["sync_s"] for r in results if r["sync"]]
     summary = {
@@ -133,20 +159,24 @@ def main(argv: list[str] | None = None) -> None:
         "torch_threads_per_rank": {r["ranks"]: r["torch_threads"] for r in results},
         "seqs": batch.size, "prompt_tokens_padded": batch.prompt_len, "response_tokens": batch.response_len,
         "results": results, "sync_s": sum(sync_s) / len(sync_s) if sync_s else None,
+        "matmul_peak_flops": peak_flops,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(summary, indent=2))
     for r in results:
         peak = ", ".join(f"{b / 2**30:.2f}" for b in r["peak_memory_bytes_per_rank"])
         print(f"{r['ranks']} rank(s): {r['tokens_per_s']:.1f} policy tokens/s, {r['update_s']:.1f} s per update, "
-              f"peak GiB per rank [{peak}], sync {r['sync'].get('sync_s', float('nan')):.1f} s")
+              f"{r['model_flops_per_s'] / 1e9:.1f} GFLOP/s = MFU {r['mfu']:.3f} of the {cfg.learner.dtype} matmul peak "
+              f"({peak_flops[cfg.learner.dtype] / 1e9:.0f} GFLOP/s), peak GiB per rank [{peak}], "
+              f"sync {r['sync'].get('sync_s', float('nan')):.1f} s")
 
     def fmt(x):
         """`x` with 2 decimals; "nan" for None."""
         return "nan" if x is None else f"{x:.2f}"
 
     print(f"learner: tokens_per_s_1rank={fmt(by_ranks.get(1, {}).get('tokens_per_s'))} "
-          f"tokens_per_s_2rank={fmt(by_ranks.get(2, {}).get('tokens_per_s'))} sync_s={fmt(summary['sync_s'])}")
+          f"tokens_per_s_2rank={fmt(by_ranks.get(2, {}).get('tokens_per_s'))} sync_s={fmt(summary['sync_s'])} "
+          f"mfu_1rank={fmt(by_ranks.get(1, {}).get('mfu'))} mfu_2rank={fmt(by_ranks.get(2, {}).get('mfu'))}")
 
 
 if __name__ == "__main__":
