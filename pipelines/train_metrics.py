@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from recipes.metrics import exact_match
+from recipes.metrics import exact_match, query_overlaps_question
 
 FINISH_REASONS = ("answer", "complete", "max_turns", "max_total_tokens", "invalid")
 
@@ -19,7 +19,8 @@ def _mean(xs: Sequence[float]) -> float:
 
 def rollout_metrics(trajs: Sequence[Mapping[str, Any]], prefix: str = "rollout") -> dict[str, float]:
     """Reward mean/std and every reward component's mean, response length (tokens), turns and
-    searches per episode, valid-action rate, finish-reason fractions, retrieval latency (s), scoring
+    searches per episode, the fraction of episodes that searched, the fraction of searches whose query
+    shares a content word with the question (`recipes.metrics.query_overlaps_question`), valid-action rate, finish-reason fractions, retrieval latency (s), scoring
     time per episode (s; it overlaps other episodes' generation, so it is not a phase of the step),
     and the exact match of the final answers, under `<prefix>/...` keys."""
     n = max(1, len(trajs))
@@ -37,6 +38,9 @@ def rollout_metrics(trajs: Sequence[Mapping[str, Any]], prefix: str = "rollout")
         "policy_tokens": sum(sum(t["loss_mask"]) for t in trajs) / n,
         "turns_per_episode": len(turns) / n,
         "searches_per_episode": len(searches) / n,
+        "searched_episode_rate": sum(any(r.get("query") is not None for r in t["turns"]) for t in trajs) / n,
+        "relevant_search_rate": _mean([float(query_overlaps_question(r["query"], t["question"]))
+                                       for t in trajs for r in t["turns"] if r.get("query") is not None]),
         "valid_action_rate": sum(r["action"] != "Invalid" for r in turns) / max(1, len(turns)),
         "retrieval_latency_s": _mean([r["search_s"] for r in searches]),
         "generate_s_per_turn": _mean([r["generate_s"] for r in turns]),

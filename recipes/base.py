@@ -382,7 +382,8 @@ class Recipe(ABC):
         if episode.turns and episode.turns[-1].needs_retrieval:
             raise EpisodeDoneError("the last search has no documents yet: call observe() first")
         steps_before = episode.num_steps
-        action = self.parse(turn_text)
+        # The first turn continues the forced response prefix (e.g. a prefilled "<search>"): parse them together.
+        action = self.parse(turn_text if episode.turns else episode.prompt.response_prefix + turn_text)
         turn = Turn(turn_text, action, finish_reason=finish_reason)
         episode.turns.append(turn)
         if isinstance(action, Answer):

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from recipes.base import Episode, RecipeConfig, RewardBreakdown, Scorer
+from recipes.base import Episode, RewardBreakdown, Scorer
 from recipes.metrics import cover_exact_match, exact_match
-from recipes.tagged import TaggedSearchRecipe
+from recipes.tagged import TaggedConfig, TaggedSearchRecipe
 from recipes.tags import find_blocks
 
 INSTRUCTION = (
@@ -36,7 +36,7 @@ INSTRUCTION = (
 FEEDBACK = "\nMy action is wrong. Let me try again.\n"  # Algorithm 1, line 22
 
 
-class EvalRARConfig(RecipeConfig):
+class EvalRARConfig(TaggedConfig):
     """Eval-RAR constants (§5 implementation details, Appendix A.2)."""
 
     topk: int = Field(3, ge=1, description="Documents per search (Eval-RAR: top-3).")
@@ -57,6 +57,12 @@ class EvalRAR(TaggedSearchRecipe):
     config_cls = EvalRARConfig
     stop_strings = TaggedSearchRecipe.default_stop_strings()
     instruction = INSTRUCTION
+
+    def example_step_extra(self, step: int) -> str:
+        """The evaluation Algorithm 1 asks for after every search."""
+        missing = "The documents do not give the capital yet: relational information is missing."
+        found = "The question can be answered: Doc 1 says Paris is the capital of France."
+        return f"<evaluate> {missing if step == 0 else found} </evaluate>\n"
 
     def reward(self, episode: Episode, scorer: Scorer | None = None) -> RewardBreakdown:
         """R_total = R_ans if R_ans > 0 else R_eval (Eq. 5), in {0, r_eval, 1}.

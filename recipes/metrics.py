@@ -104,3 +104,19 @@ def gen_acc(prediction: str, golds: list[str], judge: Callable[[str, list[str]],
     if span_check(prediction, golds):
         return 1.0
     return float(bool(judge and judge(prediction, golds)))
+
+
+# Function words a query shares with any question; they say nothing about the query's relevance.
+_QUERY_STOPWORDS = frozenset(
+    "what which who whom whose when where why how is are was were be been the of in on at to for from by with "
+    "and or did does do that this these those there it its into as an".split()
+)
+
+
+def query_overlaps_question(query: str, question: str) -> bool:
+    """True when a search query shares a content word with the question (normalized tokens, function
+    words and 1-letter tokens left out). A rollout diagnostic, not a paper metric: it tells a query
+    about the question from tag fragments and junk ("Searching", "</think>"), which a reward paying
+    for any query invites (../shared/CPU-STACK.md, learning probes)."""
+    words = {w for w in normalize_answer(question).split() if len(w) > 1 and w not in _QUERY_STOPWORDS}
+    return any(w in words for w in normalize_answer(query).split())

@@ -20,9 +20,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from recipes.base import Doc, Episode, Prompt, RecipeConfig, RewardBreakdown, Scorer
+from recipes.base import Doc, Episode, Prompt, RewardBreakdown, Scorer
 from recipes.metrics import cover_exact_match, f1_score
-from recipes.tagged import TaggedSearchRecipe
+from recipes.tagged import TaggedConfig, TaggedSearchRecipe
 from recipes.tags import find_blocks
 
 SYSTEM = (
@@ -40,7 +40,7 @@ QUERY_TAGS = ("<|begin_of_query|>", "<|end_of_query|>")
 DOCUMENT_TAGS = ("<|begin_of_documents|>", "<|end_of_documents|>")
 
 
-class R1SearcherConfig(RecipeConfig):
+class R1SearcherConfig(TaggedConfig):
     """R1-Searcher constants (§2.2.1, §3.3)."""
 
     stage: Literal[1, 2] = Field(2, description="Reward stage: 1 = retrieval + format, 2 = F1 + format penalty.")
@@ -102,10 +102,13 @@ class R1Searcher(TaggedSearchRecipe):
     stop_strings = (QUERY_TAGS[1], "</answer>")
 
     def build_prompt(self, question: str, initial_docs: Sequence[Doc], chat: bool) -> Prompt:
-        messages = ({"role": "system", "content": SYSTEM}, {"role": "user", "content": question})
+        """§2.2.2's system prompt, then the question (the worked example, when on, between them)."""
+        system = f"{SYSTEM}\n\n{self.example_block()}".strip()
+        messages = ({"role": "system", "content": system}, {"role": "user", "content": question})
         if chat:
-            return Prompt(messages, "", chat=True)
-        return Prompt(messages, f"{SYSTEM}\n\nUser:{question}\nAssistant: <think>", chat=False, response_prefix="<think>")
+            return self.with_prefill(Prompt(messages, "", chat=True))
+        completion = f"{system}\n\nUser:{question}\nAssistant: <think>"
+        return self.with_prefill(Prompt(messages, completion, chat=False, response_prefix="<think>"))
 
     def observation_text(self, docs: Sequence[Doc]) -> str:
         return f"\n\n{DOCUMENT_TAGS[0]}\n{self.format_docs(docs)}\n{DOCUMENT_TAGS[1]}\n\n"

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 
 from pydantic import Field
 
-from recipes.base import Doc, Episode, FinalOutput, Prompt, RecipeConfig, RewardBreakdown, Scorer, require_scorer
+from recipes.base import Doc, Episode, FinalOutput, Prompt, RewardBreakdown, Scorer, require_scorer
 from recipes.metrics import f1_score
-from recipes.tagged import TaggedSearchRecipe
+from recipes.tagged import TaggedConfig, TaggedSearchRecipe
 from recipes.tags import exactly_one_block, last_block
 
 SYSTEM = (
@@ -44,7 +44,7 @@ EVIDENCE_PROMPT = (
 EVIDENCE_TAGS = ("<original_evidence>", "</original_evidence>")
 
 
-class RSearchConfig(RecipeConfig):
+class RSearchConfig(TaggedConfig):
     """R-Search constants (§4.1 implementation details)."""
 
     topk: int = Field(3, ge=1, description="Documents per search in training (R-Search: 3; 5 at evaluation).")
@@ -66,10 +66,17 @@ class RSearch(TaggedSearchRecipe):
         """The cross-family verifier answers from the evidence (Eq. 4) when `evidence_reward`."""
         return ("verifier",) if self.config.evidence_reward else ()
 
+    think_tags = None  # free reasoning (Table 1)
+
     def build_prompt(self, question: str, initial_docs: Sequence[Doc], chat: bool) -> Prompt:
-        # Table 1: the question is appended after the system template.
-        messages = ({"role": "system", "content": SYSTEM}, {"role": "user", "content": question})
-        return Prompt(messages, f"{SYSTEM}\n\n{question}\n", chat)
+        # Table 1: the question is appended after the system template (the worked example, when on, between).
+        system = f"{SYSTEM}\n\n{self.example_block()}".strip()
+        messages = ({"role": "system", "content": system}, {"role": "user", "content": question})
+        return self.with_prefill(Prompt(messages, f"{system}\n\n{question}\n", chat))
+
+    def example_before_answer(self) -> str:
+        """The evidence block R-Search's format reward asks for before the answer (Eq. 5)."""
+        return f"{EVIDENCE_TAGS[0]} Paris is the capital and largest city of France. {EVIDENCE_TAGS[1]}\n"
 
     def final_output(self, episode: Episode) -> FinalOutput:
         """The answer plus the last `<original_evidence>` block of the generated text."""

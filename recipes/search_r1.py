@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from recipes.base import Episode, RecipeConfig, RewardBreakdown, Scorer
+from recipes.base import Episode, RewardBreakdown, Scorer
 from recipes.metrics import exact_match
-from recipes.tagged import TaggedSearchRecipe
+from recipes.tagged import TaggedConfig, TaggedSearchRecipe
 
 INSTRUCTION = (
     "Answer the given question. You must conduct reasoning inside <think> and </think> first every time you get "
@@ -29,7 +29,7 @@ FEEDBACK = (
 )
 
 
-class SearchR1Config(RecipeConfig):
+class SearchR1Config(TaggedConfig):
     """Search-R1 constants."""
 
     topk: int = Field(3, ge=1, description="Documents per search (Search-R1: 3).")

@@ -8,10 +8,36 @@ method sets its tags, its observation wrapper and its reward.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import ClassVar
 
-from recipes.base import Action, Answer, Doc, Invalid, Prompt, Recipe, Search
+from pydantic import Field
+
+from recipes.base import Action, Answer, Doc, Invalid, Prompt, Recipe, RecipeConfig, Search
 from recipes.tags import clean, find_blocks
+
+# One worked example of the loop (two searches, then the answer), written in each recipe's own tags.
+# Not in the papers' prompts (s3 Fig. 11 has an "[An abstractive example of s3 loop]" slot); small
+# untrained models close a search tag almost only with it (../shared/CPU-STACK.md, base rates).
+EXAMPLE_QUESTION = "What is the capital of the country where the Eiffel Tower stands?"
+EXAMPLE_STEPS = (
+    ("I need the country of the Eiffel Tower first.", "Eiffel Tower country",
+     Doc("ex-1", "Eiffel Tower", "The Eiffel Tower is a wrought-iron lattice tower in Paris, France.")),
+    ("The tower is in France. Now I need the capital of France.", "capital of France",
+     Doc("ex-2", "Paris", "Paris is the capital and largest city of France.")),
+)
+EXAMPLE_ANSWER = ("The capital of France is Paris.", "Paris")
+
+
+class TaggedConfig(RecipeConfig):
+    """Prompt options every search-tag recipe has, beside its paper's constants."""
+
+    worked_example: bool = Field(
+        False, description="Put one worked example of the whole loop, in this recipe's tags, before the question "
+        "(not in the papers' prompts; small untrained models rarely search without it).")
+    prefill: str = Field(
+        "", description="Text the response is forced to start with, after the recipe's own prefix (e.g. '<search>'); "
+        "it counts as policy text for format checks.")
 
 
 class TaggedSearchRecipe(Recipe):
@@ -20,12 +46,49 @@ class TaggedSearchRecipe(Recipe):
     search_tags: ClassVar[tuple[str, str]] = ("<search>", "</search>")
     answer_tags: ClassVar[tuple[str, str]] = ("<answer>", "</answer>")
     observation_tags: ClassVar[tuple[str, str]] = ("<information>", "</information>")
+    think_tags: ClassVar[tuple[str, str] | None] = ("<think>", "</think>")  # None: free reasoning (R-Search)
     instruction: ClassVar[str] = ""  # one user message with a {question} slot (Search-R1, Eval-RAR)
+    config_cls: ClassVar[type[RecipeConfig]] = TaggedConfig
 
     def build_prompt(self, question: str, initial_docs: Sequence[Doc], chat: bool) -> Prompt:
-        """The `instruction` with the question filled in, as one user message (or plain text)."""
-        text = self.instruction.format(question=question)
-        return Prompt(({"role": "user", "content": text},), text, chat)
+        """The `instruction` with the question filled in, as one user message (or plain text); the
+        worked example, when on, comes first."""
+        text = self.example_block() + self.instruction.format(question=question)
+        return self.with_prefill(Prompt(({"role": "user", "content": text},), text, chat))
+
+    # -- prompt options (TaggedConfig) ------------------------------------------------------
+    def example_step_extra(self, step: int) -> str:
+        """Text a recipe's loop requires after observation `step` of the example (Eval-RAR: an evaluation)."""
+        return ""
+
+    def example_before_answer(self) -> str:
+        """Text a recipe's loop requires before the answer (R-Search: the evidence block)."""
+        return ""
+
+    def example_block(self) -> str:
+        """`Example:` + one worked loop in this recipe's tags + a blank line, or "" when
+        `worked_example` is off."""
+        if not getattr(self.config, "worked_example", False):
+            return ""
+
+        def think(text: str) -> str:
+            return f"{self.think_tags[0]} {text} {self.think_tags[1]}\n" if self.think_tags else f"{text}\n"
+
+        parts = [f"Example:\nQuestion: {EXAMPLE_QUESTION}\n"]
+        for i, (thought, query, doc) in enumerate(EXAMPLE_STEPS):
+            parts.append(think(thought) + f"{self.search_tags[0]} {query} {self.search_tags[1]}")
+            parts.append(self.observation_text([doc]) + self.example_step_extra(i))
+        reason, answer = EXAMPLE_ANSWER
+        parts.append(think(reason) + self.example_before_answer() + f"{self.answer_tags[0]} {answer} {self.answer_tags[1]}")
+        return "".join(parts).strip() + "\n\n"
+
+    def with_prefill(self, prompt: Prompt) -> Prompt:
+        """`prompt` with `prefill` appended to the forced response prefix (and to the completion text)."""
+        prefill = getattr(self.config, "prefill", "")
+        if not prefill:
+            return prompt
+        completion = prompt.completion + prefill if prompt.completion else prompt.completion
+        return replace(prompt, completion=completion, response_prefix=prompt.response_prefix + prefill)
 
     @classmethod
     def default_stop_strings(cls) -> tuple[str, ...]:

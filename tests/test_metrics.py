@@ -101,3 +101,13 @@ def test_metrics_stay_in_range_and_never_raise(prediction, golds):
     assert isinstance(span_check(prediction, golds), bool)
     if exact_match(prediction, golds):  # EM implies cover-EM implies span_check
         assert cover_exact_match(prediction, golds) == 1.0 and span_check(prediction, golds)
+
+
+@pytest.mark.parametrize("query, relevant", [
+    ("Eiffel Tower country", True), ("capital France", True), ("Searching", False), ("</think>", False),
+    ("what is the", False), ("", False),
+])
+def test_query_overlaps_question(query, relevant):
+    from recipes.metrics import query_overlaps_question
+
+    assert query_overlaps_question(query, "What is the capital of the country where the Eiffel Tower stands?") == relevant

@@ -501,3 +501,37 @@ def test_step_requires_observe_and_rejects_empty_question():
     # Retrieval hits (dicts) are accepted as documents.
     sr.observe(ep, [{"doc_id": 7, "title": "T", "text": "x", "score": 1.5}])
     assert ep.turns[-1].docs == [Doc("7", "T", "x", 1.5)]
+
+
+@pytest.mark.parametrize("name", ["search_r1", "r1_searcher", "r_search", "eval_rar"])
+def test_worked_example_is_a_valid_episode_in_the_recipe_s_own_tags(name):
+    """The worked example (off by default) replays as a correct episode of the recipe itself: its
+    turns parse to search, search, answer, and it sits before the question."""
+    from recipes.tagged import EXAMPLE_QUESTION
+
+    plain = get_recipe(name).start("Who wrote Hamlet?", ["Shakespeare"], chat=False).prompt
+    assert EXAMPLE_QUESTION not in plain.completion
+    rec = get_recipe(name, worked_example=True)
+    prompt = rec.start("Who wrote Hamlet?", ["Shakespeare"], chat=False).prompt
+    example = rec.example_block()
+    assert example in prompt.completion and prompt.completion.index(example) < prompt.completion.index("Who wrote Hamlet?")
+    body = example.split("\n", 2)[2]  # after "Example:" and the question line
+    ep = rec.start(EXAMPLE_QUESTION, ["Paris"], chat=False)
+    for chunk in body.split(rec.search_tags[1])[:-1]:  # each turn up to its closing search tag
+        turn_text = chunk.split(rec.observation_tags[1])[-1].lstrip("\n") + rec.search_tags[1]
+        rec.step(ep, turn_text[len(ep.prompt.response_prefix):] if not ep.turns else turn_text)
+        assert isinstance(ep.turns[-1].action, Search)
+        rec.observe(ep, [Doc("d", "t", "x")])
+    rec.step(ep, body.split(rec.observation_tags[1])[-1].lstrip("\n").strip())
+    assert isinstance(ep.turns[-1].action, Answer) and ep.turns[-1].action.text == "Paris"
+
+
+@pytest.mark.parametrize("name", ["search_r1", "r_search", "eval_rar"])
+def test_prefilled_search_tag_opens_the_first_turn(name):
+    """With `prefill="<search>"` the response starts inside a search tag: the first turn's text is
+    parsed together with the prefix, and the prefix counts as response text."""
+    rec = get_recipe(name, prefill="<search>")
+    ep = rec.start("Who wrote Hamlet?", ["Shakespeare"], chat=False)
+    assert ep.prompt.completion.endswith("<search>") and ep.prompt.response_prefix == "<search>"
+    rec.step(ep, " Hamlet author </search>")
+    assert ep.turns[0].action == Search("Hamlet author") and ep.response_text.startswith("<search> Hamlet author")
