@@ -46,6 +46,8 @@ def setup_logging(verbose: bool = False) -> None:
     for name in PROJECT_LOGGERS:
         logging.getLogger(name).setLevel(logging.INFO)
     os.environ.setdefault("VLLM_LOGGING_LEVEL", logging.getLevelName(library_level))
+    if not verbose:
+        os.environ.setdefault("WANDB_SILENT", "true")  # its run paths are printed in the final summary
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
 
 

@@ -65,12 +65,14 @@ def batch_indices(step: int, per_step: int, num_questions: int, seed: int, shuff
     return out
 
 
-def validate(cfg: Config) -> Config:
-    """Check what the schema cannot (cross-section rules); returns `cfg`. Recipe names and options
-    are checked when the config loads (`configs.schema.TrainConfig`).
+def validate(cfg: Config, need_index: bool = True) -> Config:
+    """Check what the schema cannot (cross-section rules), the index (unless not `need_index`) and the
+    data files (`check_data`); returns `cfg`. Recipe names and options are checked when the config
+    loads (`configs.schema.TrainConfig`).
 
     Raises:
         TrainConfigError: naming the keys and the fix.
+        DataPackError: a missing data pack or QA file.
     """
     from recipes import RECIPES
 
@@ -86,10 +88,50 @@ def validate(cfg: Config) -> Config:
     if cfg.algorithm.advantage_estimator in ("grpo", "dr_grpo", "rloo", "group_mean") and cfg.rollout.samples_per_prompt < 2:
         raise TrainConfigError(f"algorithm.advantage_estimator={cfg.algorithm.advantage_estimator!r} compares samples "
                                f"of a question: set rollout.samples_per_prompt >= 2")
-    if not Path(cfg.index.dir).is_dir():
+    if need_index and not Path(cfg.index.dir).is_dir():
         raise TrainConfigError(f"index.dir={cfg.index.dir!r} has no index; build it: "
                                f".venv/bin/python -m scripts.build_index --config <config>")
+    check_data(cfg)
     return cfg
+
+
+def check_data(cfg: Config) -> None:
+    """The data pack and the QA files a run reads (every stage's training file, the dev file when it
+    evaluates) exist, so a missing one fails before Ray starts.
+
+    Raises:
+        DataPackError: naming the missing pack or file and how to point at one.
+    """
+    from pipelines.data import pack_file
+
+    names = {cfg.data.train, *(s.train for s in cfg.train.stages if s.train)}
+    if cfg.train.eval_questions:
+        names.add(cfg.data.dev)
+    for name in sorted(names):
+        pack_file(name, cfg.data.dir)
+
+
+def resume_checkpoint(run_dir: Path, cfg: Config) -> Path:
+    """The checkpoint a resume of `run_dir` under `cfg` continues from. The run's `config.yaml` is never
+    rewritten: what `cfg` changes (only what `configs.resume.RESUME_KEYS` allows) goes to
+    `config.resume-<step>.yaml` and the log.
+
+    Raises:
+        FileNotFoundError: no resumable checkpoint under `run_dir/checkpoints`.
+        ConfigError: `cfg` changes a key a resume may not change, or `run_dir` has no config.yaml.
+    """
+    from configs.resume import load_resume_config, resume_changes
+
+    checkpoint = last_checkpoint(run_dir)
+    if checkpoint is None:
+        raise FileNotFoundError(f"--resume {run_dir}: no resumable checkpoint under {run_dir}/checkpoints")
+    changed = resume_changes(load_resume_config(run_dir)[0], cfg)
+    if changed:
+        step = int(checkpoint.name.split("-")[1])
+        (run_dir / f"config.resume-{step}.yaml").write_text(cfg_to_yaml(cfg))
+        log.info("resume at step %d changes %s (config.resume-%d.yaml)", step,
+                 ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items()), step)
+    return checkpoint
 
 
 def new_run_dir(cfg: Config) -> Path:
@@ -306,7 +348,9 @@ def train(cfg: Config, resume: str | Path | None = None, progress: bool = True) 
 
     Raises:
         TrainConfigError: a config that cannot train (before any actor starts).
+        DataPackError: a missing data pack or QA file (before any actor starts).
         FileNotFoundError: `resume` has no complete checkpoint.
+        ConfigError: `cfg` changes what the resumed run is (`configs.resume.resume_changes`).
     """
     from cluster.logs import add_run_log, remove_run_log
     from cluster.ray_init import init_ray
@@ -315,13 +359,10 @@ def train(cfg: Config, resume: str | Path | None = None, progress: bool = True) 
     cfg = validate(cfg)
     start_step, checkpoint = 0, None
     if resume is not None:
-        run_dir = Path(resume)
-        checkpoint = last_checkpoint(run_dir)
-        if checkpoint is None:
-            raise FileNotFoundError(f"--resume {run_dir}: no complete checkpoint under {run_dir}/checkpoints")
+        run_dir, checkpoint = Path(resume), resume_checkpoint(Path(resume), cfg)
     else:
         run_dir = new_run_dir(cfg)
-    (run_dir / "config.yaml").write_text(cfg_to_yaml(cfg))
+        (run_dir / "config.yaml").write_text(cfg_to_yaml(cfg))
     log.info("run directory %s (log: %s)", run_dir, add_run_log(run_dir))
     started = init_ray(cfg.ray)
     trainer = Trainer(cfg, run_dir, progress)

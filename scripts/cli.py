@@ -11,19 +11,40 @@ import sys
 from configs import DEFAULT_CONFIG, Config, ConfigError, add_config_args, config_from_args
 
 
-def parse_config(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> tuple[argparse.Namespace, Config]:
-    """Add `--config`/overrides and `--verbose` to `parser`, parse `argv`, set up logging
-    (`cluster.logs.setup_logging`), load and validate the config.
+def parse_config(parser: argparse.ArgumentParser, argv: list[str] | None = None, *,
+                 default_config: str = str(DEFAULT_CONFIG), resume: bool = False) -> tuple[argparse.Namespace, Config]:
+    """The one command-line parser of the entry points: add `--config`, `key=value` overrides,
+    `--verbose` and (with `resume`) `--resume RUN_DIR` to `parser`; parse `argv` (flags and
+    overrides in any order; `--resume DIR` and `--resume=DIR` alike); set up logging
+    (`cluster.logs.setup_logging`); load and validate the config.
 
-    Exits with status 2 and an `error:` line naming the dotted key when the config is invalid.
+    Without `--resume` the config is `--config` (default `default_config`; `args.config` is set to
+    it). With `--resume` it is the run's own `config.yaml` with the overrides on top, and overrides
+    may change only what `configs.resume.RESUME_KEYS` allows.
+
+    Exits with status 2 and an `error:` line naming the dotted key when the config is invalid, a
+    resume override changes what the run is, or `--config` and `--resume` are both given.
     """
     from cluster.logs import setup_logging
+    from configs.resume import load_resume_config
 
-    add_config_args(parser, default_config=str(DEFAULT_CONFIG))
+    add_config_args(parser, default_config=default_config)
+    parser.set_defaults(config=None)  # None = not given (the help still names the default)
+    if resume:
+        parser.add_argument("--resume", default=None, metavar="RUN_DIR",
+                            help="continue this run from its last checkpoint with its own config.yaml; overrides "
+                                 "may change only the step count, evaluation/saving cadence, logging and Ray settings")
     add_verbose_arg(parser)
     args = parser.parse_intermixed_args(argv)  # flags may follow key=value overrides
     setup_logging(args.verbose)
     try:
+        if getattr(args, "resume", None):
+            if args.config is not None:
+                parser.exit(2, "error: --config and --resume: a resumed run uses its own config.yaml; drop --config\n")
+            cfg, changed = load_resume_config(args.resume, args.overrides)
+            args.resume_changes = changed
+            return args, cfg
+        args.config = args.config or default_config
         return args, config_from_args(args)
     except ConfigError as e:
         parser.exit(2, f"error: {e}\n")

@@ -18,6 +18,7 @@ import argparse
 import logging
 import sys
 import time
+from pathlib import Path
 
 from scripts.cli import parse_config, user_errors
 
@@ -29,25 +30,35 @@ log = logging.getLogger(__name__)
 def main(argv: list[str] | None = None) -> int:
     """Entry point: build the index (once), train a searcher, evaluate it against the baselines.
 
-    Usage: SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.main [--config configs/s3_cpu.yaml] [--eval-limit 64] [key=value ...]
+    Usage: SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.main [--config configs/s3_cpu.yaml]
+        [--resume RUN_DIR] [--eval-limit 64] [key=value ...]
     """
     parser = argparse.ArgumentParser(prog="python -m scripts.main", description=__doc__.splitlines()[0])
     parser.add_argument("--eval-limit", type=int, default=64,
                         help="test questions to evaluate on (count; a seeded sample spread over the datasets)")
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if "--config" not in argv:
-        argv = ["--config", DEFAULT_CONFIG, *argv]
-    args, cfg = parse_config(parser, argv)
+    args, cfg = parse_config(parser, argv, default_config=DEFAULT_CONFIG, resume=True)
     import ray
 
     from cluster.ray_init import init_ray
     from cluster.roles import ResourceFitError
     from pipelines.build_index import build_index
     from pipelines.checkpoints import last_checkpoint
+    from pipelines.data import pack_file
     from pipelines.evaluate import evaluate, format_markdown
     from pipelines.tracking import REWARD_CURVE
     from pipelines.train import TrainConfigError, train, validate
 
+    with user_errors():  # everything a user can fix is checked before Ray starts
+        try:
+            validate(cfg, need_index=False)  # the index is built below when missing
+        except TrainConfigError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        pack_file(cfg.data.test, cfg.data.dir)
+        if args.resume and last_checkpoint(Path(args.resume)) is None:
+            print(f"error: --resume {args.resume}: no resumable checkpoint under {args.resume}/checkpoints",
+                  file=sys.stderr)
+            return 2
     t0 = time.perf_counter()
     started = init_ray(cfg.ray)
     try:
@@ -56,9 +67,8 @@ def main(argv: list[str] | None = None) -> int:
             log.info("index ready: %s (%d passages) after %.0f s", cfg.index.dir, manifest.num_docs,
                      time.perf_counter() - t0)
             try:
-                validate(cfg)
                 t1 = time.perf_counter()
-                run_dir = train(cfg)
+                run_dir = train(cfg, resume=args.resume)
             except (TrainConfigError, ResourceFitError) as e:
                 print(f"error: {e}", file=sys.stderr)
                 return 2

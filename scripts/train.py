@@ -6,15 +6,16 @@
 Starts (or joins, with `ray.address` / RAY_ADDRESS, as under `ray job submit`) a Ray cluster,
 creates the actors and runs `pipelines.train`. The run directory `runs/<recipe>-<timestamp>/` gets
 config.yaml (resolved), metrics.jsonl, wandb files (offline unless configured), checkpoints/step-<n>/
-and reward_curves.png. `--resume` continues a run from its last checkpoint with its saved config
-(overrides on the command line apply on top, e.g. train.total_steps=40 to extend it).
+and reward_curves.png. `--resume RUN_DIR` (or `--resume=RUN_DIR`) continues a run from its last
+checkpoint with its own config.yaml, which is never rewritten; overrides may change only the step
+count, evaluation and saving cadence, logging and Ray settings (e.g. train.total_steps=40 to extend
+it) and go to config.resume-<step>.yaml; any other override is refused, naming the key.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from scripts.cli import parse_config, user_errors
 
@@ -26,13 +27,8 @@ def main(argv: list[str] | None = None) -> None:
        or: .venv/bin/python -m scripts.train --resume runs/s3-20261121-120000 [key=value ...]
     """
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--resume", default=None, help="run directory to continue")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (logs only)")
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if "--resume" in argv and "--config" not in argv:  # the run's own resolved config
-        run_dir = argv[argv.index("--resume") + 1]
-        argv = ["--config", str(Path(run_dir) / "config.yaml"), *argv]
-    args, cfg = parse_config(parser, argv)
+    args, cfg = parse_config(parser, argv, resume=True)
     from cluster.roles import ResourceFitError
     from pipelines.tracking import REWARD_CURVE
     from pipelines.train import TrainConfigError, train

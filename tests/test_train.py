@@ -149,8 +149,10 @@ def test_two_steps_checkpoint_and_resume(ray_local, small_index, tiny_gemma_dir,
     # Stop after step 1: resume runs step 2 again, on the same questions.
     shutil.rmtree(run_dir / "checkpoints" / "step-2")
     (run_dir / "rollouts" / "step-2.jsonl.gz").unlink()
+    saved = (run_dir / "config.yaml").read_bytes()
     resumed = train(load_config(run_dir / "config.yaml"), resume=run_dir, progress=False)
     assert resumed == run_dir and last_checkpoint(run_dir).name == "step-2"
+    assert (run_dir / "config.yaml").read_bytes() == saved and not list(run_dir.glob("config.resume-*"))
     assert sorted(e["group_id"] for e in _rollouts(run_dir / "rollouts" / "step-2.jsonl.gz")) == sorted(step2)
     assert [r["step"] for r in _rows(run_dir)] == [1, 2, 2]
 
