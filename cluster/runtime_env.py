@@ -14,7 +14,8 @@ Two consequences handled here:
   turns them into absolute `key=value` overrides for the job's command line (the paths must exist
   on the nodes: the same machine, or a shared file system on a multi-node cluster).
 
-Pure Python: Ray is imported only by `upload_size` (for Ray's own .gitignore-style matcher).
+Pure Python, no Ray: `upload_size` matches with the `pathspec` package, whose `GitIgnoreSpecPattern` is the
+.gitignore matching (formerly "gitwildmatch") that Ray's packaging uses.
 """
 
 from __future__ import annotations
@@ -168,12 +169,13 @@ def absolute_path_overrides(cfg: Any, base: str | os.PathLike | None = None) -> 
 
 def upload_size(repo_root: str | os.PathLike, excludes: list[str]) -> tuple[int, int]:
     """(files, bytes) that a working_dir upload of `repo_root` with `excludes` would hold, before
-    compression, matched with Ray's own .gitignore matcher (the repository's .gitignore, which Ray
+    compression, matched as Ray matches `excludes` (.gitignore syntax; the repository's .gitignore, which Ray
     also honours by default, is not applied: the excludes alone must keep the upload small)."""
-    from ray._private.thirdparty.pathspec import PathSpec  # the matcher Ray's packaging uses
+    from pathspec import PathSpec
+    from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern  # pathspec<1's "gitwildmatch", as in Ray
 
     root = Path(repo_root).resolve()
-    spec = PathSpec.from_lines("gitwildmatch", excludes)
+    spec = PathSpec.from_lines(GitIgnoreSpecPattern, excludes)
     files = size = 0
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = Path(dirpath).relative_to(root)

@@ -96,59 +96,45 @@ def _model_at(path: Iterable[Any]) -> type[BaseModel] | None:
     return model
 
 
-def _unknown_key(dotted: str, model: type[BaseModel]) -> str:
-    """Problem line for a key that is not a field of ``model``."""
-    return f"{dotted}: unknown key (allowed: {', '.join(model.model_fields)})"
+def _merge(base: dict, over: dict, model: type[BaseModel]) -> None:
+    """Deep-merge ``over`` into ``base`` in place, following ``model``'s sections.
 
-
-def _leaves(value: Any, dotted: str) -> list[str]:
-    """Dotted paths of the leaves of a nested override dict (``dotted`` itself for a scalar)."""
-    if isinstance(value, dict) and value:
-        return [leaf for k, v in value.items() for leaf in _leaves(v, f"{dotted}.{k}")]
-    return [dotted]
-
-
-def _merge(base: dict, over: dict, model: type[BaseModel], prefix: str = "") -> list[str]:
-    """Deep-merge ``over`` into ``base`` in place, checking keys against ``model``.
-
-    Returns problem lines for override keys that are not in the schema, so
-    they are reported with their full dotted path instead of being added.
+    Sections merge key by key, free-form mapping fields (e.g. ``train.recipe_options``) merge their
+    keys, anything else is replaced. Unknown keys are copied as they are: validation reports them
+    (``_format_error``: the one place that names the known keys).
     """
-    problems: list[str] = []
     for key, value in over.items():
-        dotted = f"{prefix}{key}"
         field = model.model_fields.get(key)
-        if field is None:
-            for leaf in _leaves(value, dotted):
-                extra = "" if leaf == dotted else f" {dotted!r}"
-                problems.append(f"{leaf}: unknown key{extra} (allowed: {', '.join(model.model_fields)})")
-            continue
-        sub = _section_model(field.annotation)
-        if isinstance(value, dict) and sub is not None:
-            if not isinstance(base.get(key), dict):
-                base[key] = {}
-            problems += _merge(base[key], value, sub, dotted + ".")
-        elif isinstance(value, dict) and typing.get_origin(field.annotation) is dict:
-            # A free-form mapping field (e.g. train.recipe_options): keys merge, the owner validates them.
-            base[key] = {**(base.get(key) if isinstance(base.get(key), dict) else {}), **value}
-        elif isinstance(value, dict) and value:
-            inner = next(iter(value))
-            problems.append(f"{dotted}.{inner}: unknown key ({dotted} is a value, not a section)")
-        else:
-            base[key] = value
-    return problems
+        if isinstance(value, dict) and field is not None:
+            old = base.get(key) if isinstance(base.get(key), dict) else {}
+            sub = _section_model(field.annotation)
+            if sub is not None:
+                base[key] = old
+                _merge(old, value, sub)
+                continue
+            if typing.get_origin(field.annotation) is dict:
+                base[key] = {**old, **value}
+                continue
+        base[key] = value
 
 
 def _format_error(err: dict) -> str:
-    """One ``path: message`` line for a pydantic error dict."""
+    """One ``path: message`` line for a pydantic error dict of a ``Config`` validation.
+
+    An unknown key lists the known keys of its section; a mapping given where a value belongs (an
+    override such as ``retrieval.topk.x=1``) is named as an unknown key below that value.
+    """
     loc = tuple(err["loc"])
     dotted = ".".join(str(p) for p in loc) or "<root>"
-    if err["type"] == "extra_forbidden":
-        model = _model_at(loc[:-1])
-        if model is not None:
-            return _unknown_key(dotted, model)
-    msg = err["msg"].removeprefix("Value error, ")
     value = err.get("input")
+    parent = _model_at(loc[:-1]) if loc else None
+    if err["type"] == "extra_forbidden" and parent is not None:
+        return f"{dotted}: unknown key (allowed: {', '.join(parent.model_fields)})"
+    field = parent.model_fields.get(str(loc[-1])) if parent is not None else None
+    if (isinstance(value, dict) and value and field is not None and err["type"].endswith("_type")
+            and _section_model(field.annotation) is None and typing.get_origin(field.annotation) is not dict):
+        return f"{dotted}.{next(iter(value))}: unknown key ({dotted} is a value, not a section)"
+    msg = err["msg"].removeprefix("Value error, ")
     if not isinstance(value, dict) and err["type"] not in ("missing", "value_error"):
         shown = repr(value)
         msg += f" (got {shown if len(shown) <= 60 else shown[:57] + '...'})"
@@ -186,9 +172,7 @@ def _read_with_base(path: Path, source: str, seen: tuple[Path, ...] = ()) -> dic
     if not isinstance(base, str):
         raise ConfigError([f"base: must be a file name (relative to {path.parent}), got {base!r}"], source)
     merged = _read_with_base(path.parent / base, source, (*seen, path))
-    problems = _merge(merged, data, Config)
-    if problems:
-        raise ConfigError(problems, str(path))
+    _merge(merged, data, Config)
     return merged
 
 
@@ -204,9 +188,7 @@ def load_config(path: str | Path | None, overrides: Iterable[str] = ()) -> Confi
     if overrides:
         source += ", overrides: " + " ".join(overrides)
     data = _read_with_base(Path(path), source) if path is not None else {}
-    problems = _merge(data, parse_overrides(overrides), Config)
-    if problems:
-        raise ConfigError(problems, source)
+    _merge(data, parse_overrides(overrides), Config)
     try:
         return Config.model_validate(data)
     except ValidationError as e:

@@ -141,7 +141,14 @@ class RetrievalConfig(StrictModel):
     max_restarts: int = Field(3, ge=-1, description="Ray actor restarts on failure (-1 = unlimited).")
     max_retries: int = Field(3, ge=0, description="Times the pool retries a shard call after the shard failed.")
     retry_backoff_s: float = Field(0.5, ge=0, description="Delay between retries in seconds.")
-    request_timeout_s: float = Field(60.0, gt=0, description="Per-request timeout in seconds.")
+    request_timeout_s: float = Field(
+        60.0, gt=0, description="Per-request timeout in seconds: a search slower than this answers HTTP 504, an HTTP "
+        "request body not fully received within it 408."
+    )
+    max_body_bytes: int = Field(
+        1048576, gt=0, description="Largest HTTP request body (bytes) the /retrieve route reads; a larger one answers "
+        "413, unparsed (1 MiB: about 1 KB for each of the default 1024 max_queries_per_request)."
+    )
 
     @field_validator("topk")
     @classmethod

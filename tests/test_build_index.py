@@ -4,12 +4,13 @@ BM25 builds need no encoder, so these run in seconds; the dense path is covered 
 """
 
 import gzip
+import hashlib
 import json
 
 import numpy as np
 import pytest
 
-from actors.retrieval.index_store import IndexFormatError, Manifest, sha256_file, verify_shard
+from actors.retrieval.index_store import IndexFormatError, Manifest, ShardRecord, sha256_file, verify_shard
 from actors.retrieval.shard import ShardSearcher, merge_topk
 from configs import Config
 from pipelines import build_index as build_module
@@ -100,3 +101,48 @@ def test_flashrag_corpus_builds(tmp_path, data_dir):
     scores, ids = shard.search_text(["zebra4"], 2)
     assert ids[0, 0] == 4 and np.isfinite(scores[0, 0])
     assert shard.fetch([4]) == [{"doc_id": "4", "title": "Title 4", "text": "body number 4 zebra4"}]
+
+
+def _manifest_dict() -> dict:
+    shards = [ShardRecord(name=f"shard-0000{i}", start=100 * i, count=100, files={"docs.parquet": "ab" * 32},
+                          size_bytes=10, ntotal=100) for i in range(2)]
+    m = Manifest(version=1, index_type="bm25", metric="bm25", dim=None, normalized=False, encoder=None,
+                 index={"type": "bm25", "fp16": False, "factory": None, "params": {}}, num_docs=200, shards=shards,
+                 corpus={"path": "corpus.jsonl.gz", "limit": 200}, build_seconds=1.5)
+    return json.loads(m.to_json())
+
+
+@pytest.mark.parametrize(
+    "change, problem",
+    [
+        (lambda m: m.update(num_docs="200"), "num_docs: Input should be a valid integer"),
+        (lambda m: m["shards"][1].pop("count"), "shards[1].count: Field required"),
+        (lambda m: m["shards"][0].update(start=None), "shards[0].start: Input should be a valid integer"),
+        (lambda m: m.update(num_shards=2), "num_shards: Unexpected keyword argument"),
+        (lambda m: m["shards"][0].update(sha="x"), "shards[0].sha: Unexpected keyword argument"),
+        (lambda m: m.update(shards={"name": "shard-00000"}), "shards: Input should be a valid array"),
+    ],
+)
+def test_bad_manifest_is_an_index_format_error_naming_the_key(tmp_path, change, problem):
+    """manifest.json is checked on load (types, missing and unknown keys); the good one loads unchanged."""
+    good = _manifest_dict()
+    (tmp_path / "manifest.json").write_text(json.dumps(good))
+    loaded = Manifest.load(tmp_path)
+    assert json.loads(loaded.to_json()) == good and isinstance(loaded.shards[1], ShardRecord)
+    change(good)
+    (tmp_path / "manifest.json").write_text(json.dumps(good))
+    with pytest.raises(IndexFormatError, match="unreadable manifest") as e:
+        Manifest.load(tmp_path)
+    assert problem in str(e.value) and "rebuild the index" in str(e.value), str(e.value)
+
+
+def test_manifest_that_is_not_json_is_an_index_format_error(tmp_path):
+    (tmp_path / "manifest.json").write_text('{"version": 1,')
+    with pytest.raises(IndexFormatError, match="unreadable manifest: <root>: Invalid JSON"):
+        Manifest.load(tmp_path)
+
+
+def test_sha256_file_is_the_file_digest(tmp_path):
+    data = np.random.default_rng(0).bytes(3 * 2**20 + 7)  # more than one read buffer
+    (tmp_path / "blob").write_bytes(data)
+    assert sha256_file(tmp_path / "blob") == hashlib.sha256(data).hexdigest()

@@ -108,16 +108,33 @@ def test_unknown_top_level_section(tmp_path):
         load_config(write(tmp_path, "indx: {dir: x}\n"))
 
 
-@pytest.mark.parametrize("item,path", [
-    ("index.foo=1", "index.foo"),
-    ("foo.bar=1", "foo.bar"),
-    ("retrieval.topk.x=1", "retrieval.topk.x"),
+@pytest.mark.parametrize("item,problem", [
+    ("index.foo=1", "index.foo: unknown key (allowed: dir, num_shards,"),
+    ("foo.bar=1", "foo: unknown key (allowed: name, run_dir,"),  # the unknown section is named
+    ("retrieval.topk.x=1", "retrieval.topk.x: unknown key (retrieval.topk is a value, not a section)"),
+    ("train.stages.x=1", "train.stages.x: unknown key (train.stages is a value, not a section)"),
 ])
-def test_unknown_override_key(item, path):
+def test_unknown_override_key(item, problem):
     with pytest.raises(ConfigError) as e:
         load_config(DEFAULT_CONFIG, [item])
-    assert e.value.problems[0].startswith(f"{path}: unknown key")
+    assert len(e.value.problems) == 1 and e.value.problems[0].startswith(problem), e.value.problems
     assert "retrieval_cpu.yaml" in str(e.value) and item in str(e.value)
+
+
+def test_unknown_override_key_is_listed_with_other_problems():
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["index.foo=1", "retrieval.topk=abc"])
+    assert sorted(p.split(":")[0] for p in e.value.problems) == ["index.foo", "retrieval.topk"]
+
+
+def test_unknown_key_in_a_file_with_a_base(tmp_path):
+    write(tmp_path, "index: {num_shards: 2}\n", name="base.yaml")
+    child = write(tmp_path, "base: base.yaml\nindex: {fooo: 1}\nretrieval: {topk: 5}\n", name="child.yaml")
+    with pytest.raises(ConfigError) as e:
+        load_config(child)
+    assert e.value.problems[0].startswith("index.fooo: unknown key (allowed: dir, num_shards,")
+    assert str(child) in str(e.value)
+    assert load_config(write(tmp_path, "base: base.yaml\nretrieval: {topk: 5}\n", name="ok.yaml")).index.num_shards == 2
 
 
 @pytest.mark.parametrize("item,path", [

@@ -151,3 +151,23 @@ def test_docstore_reads_rows_across_row_groups(tmp_path):
     assert got[2] == {"doc_id": "d17", "title": "T17", "text": "text 17"}
     with pytest.raises(IndexError, match="row 50"):
         store.get([50])
+
+
+def test_docstore_row_group_cache_is_bounded_and_per_instance(tmp_path):
+    """At most `cache_groups` decoded row groups; each store has its own cache and is freed with it."""
+    import gc
+    import weakref
+
+    ids = [f"d{i}" for i in range(40)]
+    write_docs(tmp_path / "docs.parquet", ids, ids, ids, 8)  # 5 row groups
+    a, b = DocStore(tmp_path / "docs.parquet", cache_groups=2), DocStore(tmp_path / "docs.parquet", cache_groups=3)
+    assert [d["doc_id"] for d in a.get(range(40))] == ids
+    info = a._group.cache_info()
+    assert (info.maxsize, info.currsize, info.misses) == (2, 2, 5)
+    a.get([39, 38])  # the last group is still cached
+    assert a._group.cache_info().hits == info.hits + 2
+    assert b._group.cache_info().currsize == 0
+    ref = weakref.ref(a)
+    del a
+    gc.collect()
+    assert ref() is None

@@ -6,5 +6,7 @@
   `start_retrieval_pool`.
 - `encoder`: `EncoderSpec`, `TextEncoder` (query actors), `PassageEncoderUDF` (Ray Data index build).
 - `index_store`: the on-disk index: `Manifest`, `DocStore`, FAISS factories, checksums.
-- `http`: `serve_retrieval`, the Ray Serve `/retrieve` route (Search-R1 wire format).
+- `request`: `RetrieveRequest`, `parse_body`, `check_search`: the one validator of search requests
+  (the route and the pool), with the limits of `retrieval.*`.
+- `http`: `serve_retrieval`, the Ray Serve `/retrieve` route (Search-R1 wire format; 413 / 408 limits).
 """

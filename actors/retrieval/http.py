@@ -4,31 +4,28 @@
 `{"result": [[{"document": {"id", "contents"}, "score"}, ...], ...]}` (one list per query, best first;
 bare document dicts when `return_scores` is false; `contents` = `'"' + title + '"\\n' + text`).
 `GET {prefix}/health` answers `{"status": "ok", "num_docs", "num_shards", "index_type"}`.
-Client mistakes get 4xx with `{"detail": "<field>: <problem>; expected <allowed range>"}`.
+Client mistakes get 4xx with `{"detail": "<field>: <problem>; expected <allowed range>"}` (the body is
+checked by `actors.retrieval.request`, which checks the pool's calls too); a body over
+`retrieval.max_body_bytes` gets 413 unread, one not all received within `retrieval.request_timeout_s` 408.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import time
+import urllib.error
+import urllib.request
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, ValidationError
 from ray import serve
 from ray.exceptions import RayActorError
 
+from actors.retrieval.request import MalformedBodyError, RetrieveRequest, parse_body
 from actors.retrieval.shard import RetrievalRequestError, ShardUnavailableError
 
 app = FastAPI(title="searchrl retrieval", description="Search-R1 compatible retrieval route")
-
-
-class RetrieveRequest(BaseModel):
-    """Body of `POST /retrieve`. `topk` None means `retrieval.topk`. Strict: no type coercion."""
-
-    model_config = ConfigDict(strict=True, extra="forbid")
-    queries: list[str]
-    topk: int | None = None
-    return_scores: bool = True
 
 
 def search_r1_item(hit: dict, with_score: bool) -> dict:
@@ -37,44 +34,55 @@ def search_r1_item(hit: dict, with_score: bool) -> dict:
     return {"document": doc, "score": float(hit["score"])} if with_score else doc
 
 
-def _loc(loc: tuple) -> str:
-    """Pydantic error location as `queries[2]`; the empty location is the whole body."""
-    return "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(loc)) or "body"
-
-
 def parse_request(raw: bytes, retrieval: dict) -> RetrieveRequest:
-    """Validate a `/retrieve` body against the schema and `retrieval`'s limits (a `RetrievalConfig` dict).
+    """Validate a `/retrieve` body with `actors.retrieval.request.parse_body` (the pool's validator too)
+    against `retrieval`'s limits (a `RetrievalConfig` dict).
 
     Raises:
         HTTPException: 400 for a body that is not JSON, 422 for any other violation; the detail reads
-            `"<field>: <problem>; expected <allowed range>"`, e.g. `"topk: got 0; expected an integer in 1..100, ..."`.
+            `"<field>: <problem>; expected <allowed range>"`, e.g. `"topk: got 0; expected an integer in 1..100 ..."`.
     """
-    expected = {
-        "body": 'a JSON object {"queries": [str, ...], "topk": int, "return_scores": bool}',
-        "queries": f"a list of 1..{retrieval['max_queries_per_request']} non-empty strings",
-        "topk": f"an integer in 1..{retrieval['max_topk']}, or omitted for {retrieval['topk']}",
-        "return_scores": "true or false",
-    }
-
-    def reject(status: int, where: str, problem: str) -> HTTPException:
-        """HTTPException `status` with detail `"<where>: <problem>; expected <allowed>"` (allowed: by field)."""
-        allowed = expected.get(where.split("[")[0].split(".")[0], "only the fields queries, topk, return_scores")
-        return HTTPException(status, f"{where}: {problem}; expected {allowed}")
-
     try:
-        req = RetrieveRequest.model_validate_json(raw)
-    except ValidationError as e:
-        err = e.errors(include_url=False)[0]  # the first problem, named precisely
-        more = f" (and {e.error_count() - 1} more problems)" if e.error_count() > 1 else ""
-        raise reject(400 if err["type"] == "json_invalid" else 422, _loc(err["loc"]), err["msg"] + more) from None
-    if not 1 <= len(req.queries) <= retrieval["max_queries_per_request"]:
-        raise reject(422, "queries", f"got {len(req.queries)} queries")
-    blank = next((i for i, q in enumerate(req.queries) if not q.strip()), None)
-    if blank is not None:
-        raise reject(422, f"queries[{blank}]", "is empty or whitespace")
-    if req.topk is not None and not 1 <= req.topk <= retrieval["max_topk"]:
-        raise reject(422, "topk", f"got {req.topk}")
-    return req
+        return parse_body(raw, retrieval)
+    except RetrievalRequestError as e:
+        raise HTTPException(400 if isinstance(e, MalformedBodyError) else 422, str(e)) from None
+
+
+_CLOSE = {"Connection": "close"}  # the rest of an unread body must not be taken for the next request
+
+
+async def read_body(request: Request, max_bytes: int, timeout_s: float) -> bytes:
+    """The request body, at most `max_bytes` bytes, received within `timeout_s` seconds.
+
+    `Content-Length` is checked before anything is read; the bytes are counted while reading too (a
+    chunked body has no Content-Length), and reading stops at the limit.
+
+    Raises:
+        HTTPException: 413 for a body over `max_bytes` (retrieval.max_body_bytes); 408 when the body is
+            not all there after `timeout_s` (retrieval.request_timeout_s); 400 for a Content-Length
+            that is not a byte count. The detail names the limit and its config key.
+    """
+    limit = f"expected at most {max_bytes} bytes (retrieval.max_body_bytes)"
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not (declared.strip().isascii() and declared.strip().isdigit()):
+            raise HTTPException(400, f"content-length: {declared[:40]!r} is not a byte count; expected an integer >= 0")
+        if int(declared) > max_bytes:
+            raise HTTPException(413, f"body: Content-Length is {int(declared)} bytes; {limit}", _CLOSE)
+    chunks, size = [], 0
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > max_bytes:
+                    raise HTTPException(413, f"body: over {max_bytes} bytes; {limit}", _CLOSE)
+                chunks.append(chunk)
+    except TimeoutError:
+        raise HTTPException(
+            408, f"body: {size} bytes received in {timeout_s} s (retrieval.request_timeout_s); expected the whole "
+            "body within that time", _CLOSE,
+        ) from None
+    return b"".join(chunks)
 
 
 async def await_pool(call, timeout_s: float):
@@ -106,8 +114,9 @@ class RetrievalRoute:
 
     Args:
         pool: the pool's actor handle (`start_retrieval_pool`).
-        retrieval: `RetrievalConfig` as a dict; uses topk, max_topk, max_queries_per_request and
-            request_timeout_s (seconds; a slower search answers 504).
+        retrieval: `RetrievalConfig` as a dict; uses topk, max_topk, max_queries_per_request,
+            max_body_bytes (a larger body answers 413) and request_timeout_s (seconds; bounds reading the
+            body, 408, and the search, 504, each).
     """
 
     def __init__(self, pool, retrieval: dict):
@@ -116,9 +125,9 @@ class RetrievalRoute:
     @app.post("/retrieve", openapi_extra={"requestBody": _BODY_SCHEMA})
     async def retrieve(self, request: Request) -> JSONResponse:
         """Search-R1 `/retrieve`: top-k passages per query (see the module docstring)."""
-        req = parse_request(await request.body(), self.cfg)
-        k = req.topk if req.topk is not None else self.cfg["topk"]
-        hits = await await_pool(self.pool.search.remote(req.queries, k), self.cfg["request_timeout_s"])
+        raw = await read_body(request, self.cfg["max_body_bytes"], self.cfg["request_timeout_s"])
+        req = parse_request(raw, self.cfg)
+        hits = await await_pool(self.pool.search.remote(req.queries, req.k(self.cfg)), self.cfg["request_timeout_s"])
         result = [[search_r1_item(h, req.return_scores) for h in row] for row in hits]
         return JSONResponse({"result": result})  # skips jsonable_encoder: plain JSON types only
 
@@ -128,33 +137,70 @@ class RetrievalRoute:
         return {"status": "ok", **await await_pool(self.pool.ready.remote(), self.cfg["request_timeout_s"])}
 
 
-def serve_retrieval(pool, serve_cfg, retrieval_cfg, name: str = "retrieval") -> str:
-    """Start Ray Serve's HTTP proxy on `serve_cfg.host:serve_cfg.port` and deploy the route.
+def serve_retrieval(pool, serve_cfg, retrieval_cfg, name: str = "retrieval", ready_timeout_s: float = 60.0) -> str:
+    """Start Ray Serve's HTTP proxy on `serve_cfg.host:serve_cfg.port`, deploy the route, and wait until
+    the proxy there routes to it.
 
     Args:
         pool: `RetrievalPool` actor handle.
         serve_cfg: `configs.schema.ServeConfig` (host, port, route_prefix).
         retrieval_cfg: `configs.schema.RetrievalConfig` or its dict (request limits, default topk).
         name: Serve application name (`serve.delete(name)` removes it).
+        ready_timeout_s: seconds to wait for the proxy on host:port to list the application.
     Returns:
         Base URL of the route, e.g. `http://127.0.0.1:8000` (route prefix included when not "/");
         append `/retrieve` or `/health`. A wildcard host (0.0.0.0, ::) is shown as 127.0.0.1.
     Raises:
-        RuntimeError: Serve already runs on this cluster with another host/port (HTTP options are
-            fixed once Serve starts; deploy on that port or `serve.shutdown()` first).
+        RuntimeError: no Serve proxy on host:port routes to the application (Serve already ran on this
+            cluster with another host/port: HTTP options are fixed once Serve starts; deploy on that
+            port or `serve.shutdown()` first); the application is deleted again.
         ValueError: an invalid route prefix (from Ray Serve).
     """
     cfg = retrieval_cfg if isinstance(retrieval_cfg, dict) else retrieval_cfg.model_dump()
+    running = bool(serve.status().proxies)  # Serve already up: its proxies listen where it was started
     serve.start(http_options={"host": serve_cfg.host, "port": serve_cfg.port})
-    from ray.serve.context import _get_global_client  # no public accessor for the running HTTP options
-
-    http = _get_global_client().http_config
-    if (http.host, http.port) != (serve_cfg.host, serve_cfg.port):
-        raise RuntimeError(
-            f"Ray Serve already listens on {http.host}:{http.port}, not {serve_cfg.host}:{serve_cfg.port}; "
-            f"set serve.host/serve.port to match or shut Serve down first"
-        )
     serve.run(RetrievalRoute.bind(pool, cfg), name=name, route_prefix=serve_cfg.route_prefix)
     host = "127.0.0.1" if serve_cfg.host in ("0.0.0.0", "::", "") else serve_cfg.host
     host = f"[{host}]" if ":" in host else host
+    try:
+        wait_for_route(f"http://{host}:{serve_cfg.port}", name, ready_timeout_s, refused_is_final=running)
+    except RuntimeError as e:
+        serve.delete(name)
+        raise RuntimeError(
+            f"{e}; if Ray Serve already runs on this cluster with another host/port, set serve.host/serve.port "
+            f"to match or shut Serve down first"
+        ) from None
     return f"http://{host}:{serve_cfg.port}{serve_cfg.route_prefix.rstrip('/')}"
+
+
+def wait_for_route(base_url: str, name: str, timeout_s: float, refused_is_final: bool = False) -> None:
+    """Wait until the Serve proxy at `base_url` lists application `name` in its route table (`GET /-/routes`,
+    Serve's public `{route_prefix: application}` endpoint), polling every 0.25 s.
+
+    Args:
+        base_url: `http://host:port` of a Serve proxy.
+        name: the Serve application name.
+        timeout_s: seconds to wait in all.
+        refused_is_final: fail at the first refused connection (the proxy is known to be up elsewhere).
+    Raises:
+        RuntimeError: not listed within `timeout_s`, or the connection was refused with `refused_is_final`.
+    """
+    deadline, problem = time.monotonic() + timeout_s, "no answer"
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # straight to the proxy, no http_proxy
+    while True:
+        try:
+            with opener.open(f"{base_url}/-/routes", timeout=min(5.0, timeout_s)) as r:
+                routes = json.loads(r.read())
+            if isinstance(routes, dict) and name in routes.values():
+                return
+            problem = f"routes {routes!r:.200}"
+        except urllib.error.HTTPError as e:  # 503 until the proxy has its route table
+            problem = f"HTTP {e.code}"
+        except (OSError, ValueError) as e:  # refused, reset, timed out; not JSON
+            problem = f"{type(e).__name__}: {e}"
+            if refused_is_final and isinstance(getattr(e, "reason", e), ConnectionRefusedError):
+                break
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.25)
+    raise RuntimeError(f"no Ray Serve proxy at {base_url} routes to application {name!r} ({problem})")

@@ -15,14 +15,16 @@ number in the corpus. Plain Python, no Ray: the build pipeline writes it, Retrie
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
-from collections import OrderedDict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from pathlib import Path
 
 import numpy as np
+from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic.dataclasses import dataclass
 
 MANIFEST = "manifest.json"
 SHARD_RECORD = "shard.json"
@@ -35,7 +37,12 @@ class IndexFormatError(RuntimeError):
     """An index directory is missing, incomplete, or does not match what the caller expects."""
 
 
-@dataclass
+# The manifest's records are pydantic dataclasses: checked types, no unknown keys, and still plain dataclasses
+# (`asdict`, `dataclasses.fields`) for the build pipeline.
+_RECORD = ConfigDict(extra="forbid", strict=True)
+
+
+@dataclass(config=_RECORD)
 class ShardRecord:
     """One shard: its global row range, files and their SHA-256 checksums, size in bytes."""
 
@@ -47,7 +54,7 @@ class ShardRecord:
     ntotal: int = 0  # vectors (or BM25 documents) in the shard's index; equals count when complete
 
 
-@dataclass
+@dataclass(config=_RECORD)
 class Manifest:
     """What an index directory holds; enough for a reader to load and query it correctly.
 
@@ -78,7 +85,8 @@ class Manifest:
         """Read `<index_dir>/manifest.json`.
 
         Raises:
-            IndexFormatError: no manifest (the build did not finish), or it is unreadable.
+            IndexFormatError: no manifest (the build did not finish), or it is unreadable: not JSON, a
+                missing or unknown key, or a value of the wrong type (the key named, e.g. `shards[0].count`).
         """
         path = Path(index_dir) / MANIFEST
         if not path.is_file():
@@ -87,11 +95,13 @@ class Manifest:
                 f"`.venv/bin/python -m scripts.build_index index.dir={index_dir}` (an interrupted build resumes)."
             )
         try:
-            raw = json.loads(path.read_text())
-            raw["shards"] = [ShardRecord(**s) for s in raw["shards"]]
-            return cls(**raw)
-        except (json.JSONDecodeError, TypeError, KeyError) as e:
-            raise IndexFormatError(f"{path}: unreadable manifest ({e}); rebuild the index") from e
+            return TypeAdapter(cls).validate_json(path.read_bytes())
+        except ValidationError as e:
+            err = e.errors(include_url=False)[0]
+            where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".") or "<root>"
+            more = f" (and {e.error_count() - 1} more problems)" if e.error_count() > 1 else ""
+            problem = f"{where}: {err['msg']}{more}"
+            raise IndexFormatError(f"{path}: unreadable manifest: {problem}; rebuild the index") from None
 
 
 def shard_name(i: int) -> str:
@@ -118,13 +128,14 @@ def shard_ranges(num_docs: int, num_shards: int) -> list[tuple[int, int]]:
     return out
 
 
-def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
-    """Hex SHA-256 of a file, streamed in `chunk`-byte reads."""
-    h = hashlib.sha256()
+def sha256_file(path: str | Path) -> str:
+    """Hex SHA-256 of a file, streamed (`hashlib.file_digest`).
+
+    Raises:
+        OSError: the file cannot be read.
+    """
     with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def checksum_dir(shard_dir: Path) -> tuple[dict[str, str], int]:
@@ -240,8 +251,8 @@ def apply_search_params(index, params: dict):
 class DocStore:
     """A shard's documents in Parquet, memory-mapped; rows are decoded one row group at a time.
 
-    Memory is the file mapping plus at most `cache_groups` decoded row groups, so a shard actor
-    holds its index and a small working set, not the corpus text.
+    Memory is the file mapping plus at most `cache_groups` decoded row groups (an LRU cache of this
+    instance), so a shard actor holds its index and a small working set, not the corpus text.
     """
 
     def __init__(self, path: str | Path, cache_groups: int = 64):
@@ -252,19 +263,13 @@ class DocStore:
         meta = self._file.metadata
         self.num_rows = meta.num_rows
         self._group_starts = np.cumsum([0] + [meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
-        self._cache: OrderedDict[int, dict] = OrderedDict()
-        self._cache_groups = cache_groups
+        # Per instance (wraps the bound method): the cache goes with the store, none is shared or kept alive.
+        self._group = functools.lru_cache(maxsize=cache_groups)(self._read_group)
 
-    def _group(self, g: int) -> dict:
-        if g in self._cache:
-            self._cache.move_to_end(g)
-            return self._cache[g]
+    def _read_group(self, g: int) -> dict:
+        """Row group `g` decoded as `{"id": [...], "title": [...], "text": [...]}`."""
         table = self._file.read_row_group(g, columns=["id", "title", "text"])
-        cols = {name: table.column(name).to_pylist() for name in ("id", "title", "text")}
-        self._cache[g] = cols
-        if len(self._cache) > self._cache_groups:
-            self._cache.popitem(last=False)
-        return cols
+        return {name: table.column(name).to_pylist() for name in ("id", "title", "text")}
 
     def get(self, rows) -> list[dict]:
         """Documents at local rows (ints in `[0, num_rows)`) as `{doc_id, title, text}` dicts.

@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from actors.retrieval.index_store import Manifest
-from actors.retrieval.shard import Hit, RetrievalRequestError, ShardSearcher, ShardUnavailableError, merge_topk
+from actors.retrieval.request import check_search
+from actors.retrieval.shard import Hit, ShardSearcher, ShardUnavailableError, merge_topk
 
 log = logging.getLogger(__name__)
 
@@ -96,36 +97,25 @@ class RetrievalPool:
         """Global top-k hits for each query, equal to one exact search over the whole corpus.
 
         Args:
-            queries: non-empty list of non-empty strings, at most `max_queries_per_request`.
-            k: hits per query, 1..`max_topk`.
+            queries: non-empty list (or tuple) of non-empty strings, at most `max_queries_per_request`.
+            k: hits per query, an integer in 1..`max_topk`; None = `retrieval.topk`.
         Returns:
             One list of `Hit` per query, best first (fewer than k only if the corpus is smaller).
         Raises:
-            RetrievalRequestError: malformed queries or k.
+            RetrievalRequestError: malformed queries or k (`actors.retrieval.request.check_search`, the
+                validator of the HTTP route too).
             ShardUnavailableError: a shard stayed down through `max_retries` retries.
         """
-        self._validate(queries, k)
+        queries, k = check_search(queries, k, self.cfg)
         if self._queue is None:
             self._queue = asyncio.Queue()
             self._inflight = asyncio.Semaphore(self.cfg["max_inflight_batches"])
             self._loop_task = asyncio.get_running_loop().create_task(self._batch_loop())  # held: the loop keeps running
         fut = asyncio.get_running_loop().create_future()
-        await self._queue.put(_Request(list(queries), int(k), fut))
+        await self._queue.put(_Request(queries, k, fut))
         return await fut
 
     # -- internals -------------------------------------------------------------------------
-    def _validate(self, queries, k) -> None:
-        limit = self.cfg["max_queries_per_request"]
-        if not isinstance(queries, (list, tuple)) or not queries:
-            raise RetrievalRequestError("queries must be a non-empty list of strings")
-        if len(queries) > limit:
-            raise RetrievalRequestError(f"queries has {len(queries)} items; at most {limit} per request (retrieval.max_queries_per_request)")
-        for i, q in enumerate(queries):
-            if not isinstance(q, str) or not q.strip():
-                raise RetrievalRequestError(f"queries[{i}] must be a non-empty string, got {q!r:.60}")
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= self.cfg["max_topk"]:
-            raise RetrievalRequestError(f"k (topk) must be an integer in 1..{self.cfg['max_topk']}, got {k!r}")
-
     async def _batch_loop(self) -> None:
         wait = self.cfg["batch_wait_ms"] / 1000.0
         max_batch = self.cfg["max_batch_size"]
