@@ -63,22 +63,36 @@ def verbose() -> bool:
 
 def add_run_log(run_dir: str | Path) -> Path:
     """Send every INFO-and-above record of this process, from every logger, to `<run_dir>/run.log`
-    (appended: a resumed run continues it). Returns the file's path."""
+    (appended: a resumed run continues it). Ray's and vLLM's loggers may not propagate to the root
+    (Ray sets its own up on import), so they get the file too, through a second handler; the root's
+    handler leaves their records out, so none is written twice. Returns the file's path."""
     path = Path(run_dir) / RUN_LOG
-    root = logging.getLogger()
-    if not any(isinstance(h, logging.FileHandler) and Path(h.baseFilename) == path.resolve() for h in root.handlers):
-        handler = logging.FileHandler(path, encoding="utf-8")
-        handler.setFormatter(logging.Formatter(FORMAT))
+    if _run_handlers(path):
+        return path
+    formatter = logging.Formatter(FORMAT)
+    to_root = logging.FileHandler(path, encoding="utf-8")
+    to_root.addFilter(lambda record: record.name.split(".")[0] not in _OWN_HANDLERS)
+    to_libraries = logging.FileHandler(path, encoding="utf-8")
+    for handler in (to_root, to_libraries):
+        handler.setFormatter(formatter)
         handler.setLevel(logging.INFO)
-        root.addHandler(handler)
+    logging.getLogger().addHandler(to_root)
+    for name in _OWN_HANDLERS:
+        logging.getLogger(name).addHandler(to_libraries)
     return path
 
 
 def remove_run_log(run_dir: str | Path) -> None:
-    """Close and detach the `add_run_log` handler of `run_dir`."""
-    path = (Path(run_dir) / RUN_LOG).resolve()
-    root = logging.getLogger()
-    for h in list(root.handlers):
-        if isinstance(h, logging.FileHandler) and Path(h.baseFilename) == path:
-            root.removeHandler(h)
-            h.close()
+    """Close and detach the `add_run_log` handlers of `run_dir`."""
+    for logger, handler in _run_handlers(Path(run_dir) / RUN_LOG):
+        logger.removeHandler(handler)
+        handler.close()
+
+
+_OWN_HANDLERS = ("ray", "vllm")  # libraries that may configure non-propagating loggers of their own
+
+
+def _run_handlers(path: Path) -> list[tuple[logging.Logger, logging.Handler]]:
+    loggers = [logging.getLogger()] + [logging.getLogger(n) for n in _OWN_HANDLERS]
+    return [(lg, h) for lg in loggers for h in list(lg.handlers)
+            if isinstance(h, logging.FileHandler) and Path(h.baseFilename) == path.resolve()]

@@ -19,6 +19,9 @@ def clean_root():
         if h not in handlers:
             root.removeHandler(h)
             h.close()
+    for name in ("ray", "vllm"):
+        for h in [h for h in logging.getLogger(name).handlers if isinstance(h, logging.FileHandler)]:
+            logging.getLogger(name).removeHandler(h)
     root.setLevel(level)
     logs._state["verbose"] = False
 
@@ -45,12 +48,18 @@ def test_console_shows_project_info_and_everyone_s_warnings(clean_root):
 
 def test_run_log_gets_every_library_s_records(clean_root, tmp_path):
     logs.setup_logging(verbose=False)
+    ray_logger = logging.getLogger("ray")
+    propagate = ray_logger.propagate
     path = logs.add_run_log(tmp_path)
     assert logs.add_run_log(tmp_path) == path  # idempotent
     logging.getLogger("ray.some_module").info("from ray")
+    ray_logger.propagate = not propagate  # Ray's own setup stops propagation: written once either way
+    logging.getLogger("ray.other").info("from ray again")
+    ray_logger.propagate = propagate
     logging.getLogger("pipelines.train").info("from us")
     logs.remove_run_log(tmp_path)
     logging.getLogger("pipelines.train").info("after removal")
     text = path.read_text()
-    assert "INFO ray.some_module: from ray" in text and "pipelines.train: from us" in text
+    assert text.count("INFO ray.some_module: from ray\n") == 1 and text.count("from ray again") == 1
+    assert "pipelines.train: from us" in text
     assert "after removal" not in text
