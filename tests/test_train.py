@@ -125,7 +125,7 @@ def test_two_steps_checkpoint_and_resume(ray_local, small_index, tiny_gemma_dir,
 
     cfg = _tiny_run(
         "configs/r1_searcher_cpu.yaml", small_index, tiny_gemma_dir, tmp_path, "train.save_every=1",
-        "train.wandb.mode=offline",
+        "train.wandb.mode=offline", "train.keep_checkpoints=2",  # step 1 stays resumable: the crash below
         'train.stages=[{"steps": 1, "recipe_options": {"stage": 1}}, {"steps": 1, "recipe_options": {"stage": 2}}]',
     )
     run_dir = train(cfg, progress=False)
@@ -146,6 +146,7 @@ def test_two_steps_checkpoint_and_resume(ray_local, small_index, tiny_gemma_dir,
                               / "model.safetensors") > 1e-4
     step2 = [e["group_id"] for e in step2_episodes]
 
+    assert all(list(p.glob("*/deepspeed")) for p in (run_dir / "checkpoints").glob("step-*"))  # both kept state
     # Stop after step 1: resume runs step 2 again, on the same questions.
     shutil.rmtree(run_dir / "checkpoints" / "step-2")
     (run_dir / "rollouts" / "step-2.jsonl.gz").unlink()
