@@ -2,12 +2,12 @@
 
     SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.probe_base_rates [--config configs/train_cpu.yaml] \
         [--models gemma3-270m,smollm2-135m-instruct] [--recipes search_r1,r1_searcher] \
-        [--variants plain,example,prefill,example+prefill] [--questions 6] [--samples 4] [key=value ...]
+        [--variants plain,example,prefill,example+prefill] [--questions 6] [--samples 4] [--max-turns 2] [key=value ...]
 
 RL cannot reinforce what the policy never samples, so measure before training. Each model gets one
 RolloutWorker (the config's policy engine, `rollout.*` limits); each recipe runs `--samples` episodes
 (temperature `rollout.temperature`, seeded) on the first `--questions` training questions against the
-real retrieval pool, in every prompt variant: `plain` (the paper's prompt), `example` (one worked
+real retrieval pool (`--max-turns` search steps, top-k `retrieval.topk`), in every prompt variant: `plain` (the paper's prompt), `example` (one worked
 example of the loop in the recipe's tags, `worked_example=true`), `prefill` (the response starts with
 the recipe's opening search tag) and `example+prefill`. Chat models take their chat template. Rewards
 are computed for recipes without frozen LLMs. Prints one markdown table (valid-action rate, episodes
@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--variants", default="plain,example,prefill,example+prefill")
     parser.add_argument("--questions", type=int, default=6, help="training questions (count)")
     parser.add_argument("--samples", type=int, default=4, help="episodes per question")
+    parser.add_argument("--max-turns", type=int, default=2, help="search/invalid steps per episode (recipe max_turns)")
     parser.add_argument("--out", default="runs/base_rates.json")
     args, cfg = parse_config(parser, argv)
     import ray
@@ -103,8 +104,7 @@ def main(argv: list[str] | None = None) -> None:
                 (worker,) = start_rollout_workers(actors, cfg, pool, model=model, count=1)
                 actors.wait_ready([worker], timeout_s=1800, what=f"the policy engine of {model}")
                 for recipe, variant, options in plans:
-                    config = cfg.recipe_config(options) if recipe == cfg.train.recipe else {
-                        "topk": cfg.retrieval.topk, **options}
+                    config = {"topk": cfg.retrieval.topk, "max_turns": args.max_turns, **options}
                     scored = not get_recipe(recipe, config).frozen_roles()
                     trajs = ray.get(worker.run.remote(
                         examples, recipe, recipe_config=config, n=args.samples, limits=limits, chat=ro.chat,
