@@ -7,10 +7,12 @@ feedback follow the public Search-R1 code; top-k 3 and 4 turns as s3 Appendix A.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from recipes.base import Episode, RewardBreakdown, Scorer
-from recipes.metrics import exact_match
+from recipes.metrics import exact_match, f1_score
 from recipes.tagged import TaggedConfig, TaggedSearchRecipe
 
 INSTRUCTION = (
@@ -35,6 +37,9 @@ class SearchR1Config(TaggedConfig):
     topk: int = Field(3, ge=1, description="Documents per search (Search-R1: 3).")
     max_turns: int = Field(4, ge=0, description="Search/invalid steps before the last turn (s3 App. A.1: 4).")
     invalid_feedback: str | None = Field(FEEDBACK, description="Appended after an invalid action.")
+    reward_metric: Literal["em", "f1"] = Field(
+        "em", description="Outcome reward: exact match (the paper) or token F1 (partial credit: a denser signal for "
+        "small policies whose answers are rarely exact).")
 
 
 class SearchR1(TaggedSearchRecipe):
@@ -46,7 +51,9 @@ class SearchR1(TaggedSearchRecipe):
     instruction = INSTRUCTION
 
     def reward(self, episode: Episode, scorer: Scorer | None = None) -> RewardBreakdown:
-        """Components: `em` (1 if the `<answer>` equals a gold answer after normalization). Total = em ∈ {0, 1}."""
+        """Components: `em` (1 if the `<answer>` equals a gold answer after normalization), or with
+        `reward_metric="f1"` `f1` (token F1 against the best gold answer). Total ∈ [0, 1]; no answer scores 0."""
         final = episode.final or self.final_output(episode)
-        em = exact_match(final.answer, list(episode.golden_answers)) if final.answer is not None else 0.0
-        return RewardBreakdown(em, {"em": em})
+        metric = exact_match if self.config.reward_metric == "em" else f1_score
+        score = metric(final.answer, list(episode.golden_answers)) if final.answer is not None else 0.0
+        return RewardBreakdown(score, {self.config.reward_metric: score})

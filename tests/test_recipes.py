@@ -535,3 +535,12 @@ def test_prefilled_search_tag_opens_the_first_turn(name):
     assert ep.prompt.completion.endswith("<search>") and ep.prompt.response_prefix == "<search>"
     rec.step(ep, " Hamlet author </search>")
     assert ep.turns[0].action == Search("Hamlet author") and ep.response_text.startswith("<search> Hamlet author")
+
+
+def test_search_r1_f1_reward_gives_partial_credit():
+    for metric, expected in (("em", 0.0), ("f1", pytest.approx(2 / 3))):
+        rec = get_recipe("search_r1", reward_metric=metric)
+        ep = rec.start("Who wrote Hamlet?", ["William Shakespeare"], chat=False)
+        rec.step(ep, "<answer> Shakespeare </answer>")
+        r = rec.reward(ep)
+        assert r.total == expected and dict(r.components) == {metric: expected}
