@@ -68,7 +68,7 @@ class TaggedSearchRecipe(Recipe):
     def example_block(self) -> str:
         """`Example:` + one worked loop in this recipe's tags + a blank line, or "" when
         `worked_example` is off."""
-        if not getattr(self.config, "worked_example", False):
+        if not self.config.worked_example:
             return ""
 
         def think(text: str) -> str:
@@ -84,7 +84,7 @@ class TaggedSearchRecipe(Recipe):
 
     def with_prefill(self, prompt: Prompt) -> Prompt:
         """`prompt` with `prefill` appended to the forced response prefix (and to the completion text)."""
-        prefill = getattr(self.config, "prefill", "")
+        prefill = self.config.prefill
         if not prefill:
             return prompt
         completion = prompt.completion + prefill if prompt.completion else prompt.completion

@@ -81,12 +81,13 @@ def main(argv: list[str] | None = None) -> None:
     from pipelines.data import iter_qa, pack_file
     from pipelines.train_metrics import rollout_metrics
     from recipes import RECIPES, get_recipe
+    from recipes.tagged import TaggedSearchRecipe
 
     recipes = args.recipes.split(",")
-    unknown = [r for r in recipes if r not in RECIPES or not hasattr(RECIPES[r], "search_tags")]
+    tagged = sorted(n for n, c in RECIPES.items() if issubclass(c, TaggedSearchRecipe))
+    unknown = [r for r in recipes if r not in tagged]
     if unknown:
-        parser.exit(2, f"error: --recipes: {unknown} are not search-tag recipes; choose from "
-                       f"{sorted(n for n, c in RECIPES.items() if hasattr(c, 'search_tags'))}\n")
+        parser.exit(2, f"error: --recipes: {unknown} are not search-tag recipes; choose from {tagged}\n")
     try:
         plans = [(r, v, variant_options(RECIPES[r], v)) for r in recipes for v in args.variants.split(",")]
     except ValueError as e:

@@ -33,8 +33,9 @@ def test_start_ready_stop(ray_local, tmp_path):
     actors = ActorSet()
     a = actors.start(_Recorder, str(tmp_path / "a"), num_cpus=0.1, max_concurrency=None)
     b = actors.start(_Recorder, str(tmp_path / "b"), num_cpus=0.1, max_concurrency=None)
-    c = actors.adopt(actors.start(_NoShutdown, num_cpus=0.1))
+    c = actors.adopt(ray_local.remote(num_cpus=0.1)(_NoShutdown).remote())  # started elsewhere, owned here
     assert ActorSet.wait_ready([a, b, c], timeout_s=120) == [True, True, 1]
+    assert actors.handles == [a, b, c]  # each owned once
     actors.stop([a])
     assert (tmp_path / "a").read_text() == "shutdown\n" and not (tmp_path / "b").exists()
     with pytest.raises(ray_local.exceptions.RayActorError):

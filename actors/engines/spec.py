@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -18,7 +18,7 @@ from actors.engines.base import Engine
 from actors.engines.models import resolve_model
 
 Role = Literal["policy", "generator", "judge", "verifier"]
-ROLES: tuple[str, ...] = ("policy", "generator", "judge", "verifier")
+ROLES: tuple[str, ...] = get_args(Role)
 
 
 class EngineSpec(BaseModel):
