@@ -316,7 +316,9 @@ def grpo_scores(seq_rewards: Tensor, group_ids: GroupIds, eps: float = 1e-6, sca
     ``torch.std`` in the common implementations.  Groups of size 1 and groups whose rewards
     are all equal score exactly 0.  No input checks (see :func:`grpo_advantages`).
     """
-    r = seq_rewards.to(_float_dtype(seq_rewards))
+    # Group statistics in float64: rewards that differ in their last float32 bits would otherwise centre
+    # to deviations that do not sum to 0 (a group's scores then have a non-zero mean).
+    r = seq_rewards.to(torch.float64)
     idx, size, mean, constant = _group_stats(r, group_ids)
     centred = r - mean
     if scale_by_std:
@@ -324,17 +326,17 @@ def grpo_scores(seq_rewards: Tensor, group_ids: GroupIds, eps: float = 1e-6, sca
         sq_sum = torch.zeros_like(r).index_add(0, idx, centred.square())[idx]
         std = torch.sqrt(sq_sum / (size - 1).clamp(min=1))
         centred = centred / (std + eps)
-    return torch.where(constant, torch.zeros_like(centred), centred)
+    return torch.where(constant, torch.zeros_like(centred), centred).to(_float_dtype(seq_rewards))
 
 
 @torch.no_grad()
 def rloo_scores(seq_rewards: Tensor, group_ids: GroupIds) -> Tensor:
     """Sequence-level RLOO scores ``[B]``: ``r_i - mean_{j != i} r_j``; 0 for groups of size 1."""
-    r = seq_rewards.to(_float_dtype(seq_rewards))
+    r = seq_rewards.to(torch.float64)  # as in `grpo_scores`: deviations that sum to 0
     _, size, mean, constant = _group_stats(r, group_ids)
     # mean of the others = (n * mean - r_i) / (n - 1), so r_i - it = n / (n - 1) * (r_i - mean).
     score = (r - mean) * size / (size - 1).clamp(min=1)
-    return torch.where(constant | (size < 2), torch.zeros_like(score), score)
+    return torch.where(constant | (size < 2), torch.zeros_like(score), score).to(_float_dtype(seq_rewards))
 
 
 @torch.no_grad()
