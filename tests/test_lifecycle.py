@@ -29,6 +29,18 @@ class _NoShutdown:
         return 1
 
 
+def _assert_dies(ray, handle, timeout_s: float = 60.0) -> None:
+    """`ray.kill` is asynchronous: a call sent right after it may still run, so poll until one fails."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            ray.get(handle.ready.remote(), timeout=timeout_s)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.2)
+    pytest.fail(f"{handle} still answers {timeout_s:.0f} s after it was killed")
+
+
 def test_start_ready_stop(ray_local, tmp_path):
     actors = ActorSet()
     a = actors.start(_Recorder, str(tmp_path / "a"), num_cpus=0.1, max_concurrency=None)
@@ -38,12 +50,10 @@ def test_start_ready_stop(ray_local, tmp_path):
     assert actors.handles == [a, b, c]  # each owned once
     actors.stop([a])
     assert (tmp_path / "a").read_text() == "shutdown\n" and not (tmp_path / "b").exists()
-    with pytest.raises(ray_local.exceptions.RayActorError):
-        ray_local.get(a.ready.remote(), timeout=60)  # killed after its shutdown
+    _assert_dies(ray_local, a)  # killed after its shutdown
     actors.stop()  # the rest: shutdown where the class has one, then kill
     assert (tmp_path / "b").read_text() == "shutdown\n" and actors.handles == []
-    with pytest.raises(ray_local.exceptions.RayActorError):
-        ray_local.get(c.ready.remote(), timeout=60)
+    _assert_dies(ray_local, c)
 
 
 def test_wait_ready_has_a_deadline(ray_local, tmp_path):
