@@ -168,11 +168,29 @@ class RetrievalConfig(StrictModel):
 
 
 class ServeConfig(StrictModel):
-    """HTTP endpoint of the retrieval service (Ray Serve)."""
+    """HTTP endpoints on Ray Serve: the retrieval route (`scripts.serve_retrieval`) and the served
+    searcher (`scripts.serve`, `serving/`)."""
 
-    host: str = Field("127.0.0.1", description="Interface to bind.")
+    host: str = Field("127.0.0.1", description="Interface to bind; 0.0.0.0 exposes it to the network (set SEARCHRL_API_TOKEN then).")
     port: int = Field(8000, ge=1, le=65535, description="TCP port.")
-    route_prefix: str = Field("/", description="URL prefix of the retrieval route.")
+    route_prefix: str = Field("/", description="URL prefix of the application's routes.")
+    model_name: str | None = Field(None, description="Model id in /v1/models and responses; None = derived from the checkpoint.")
+    replicas: int = Field(1, ge=1, description="Searcher replicas (one policy engine each); ignored with autoscaling_config.")
+    max_ongoing_requests: int = Field(
+        16, ge=1, description="Episodes one searcher replica runs at once (its engine batches them)."
+    )
+    max_queued_requests: int = Field(
+        64, ge=0, description="Requests waiting for a searcher replica beyond those running; more answer 503 with Retry-After."
+    )
+    autoscaling_config: dict[str, Any] | None = Field(
+        None, description="Ray Serve autoscaling of the searcher (min_replicas, max_replicas, target_ongoing_requests, ...)."
+    )
+    max_body_bytes: int = Field(65536, gt=0, description="Largest request body (bytes) of the searcher routes; larger answers 413.")
+    max_question_tokens: int = Field(256, gt=0, description="Longest question (policy tokens); longer answers 422.")
+    request_timeout_s: float = Field(
+        300.0, gt=0, description="Default and largest per-request deadline (seconds); past it a request answers 504."
+    )
+    retry_after_s: int = Field(2, ge=1, description="Retry-After (seconds) sent with a 503 for a full queue.")
 
 
 class RayConfig(StrictModel):
@@ -290,7 +308,7 @@ class WandbConfig(StrictModel):
 class TrainConfig(StrictModel):
     """The training loop: recipe, batch sizes, schedule, evaluation and checkpoints."""
 
-    recipe: str = Field("s3", description="A recipe of `recipes.RECIPES`: s3 | search_r1 | r1_searcher | r_search | eval_rar.")
+    recipe: str = Field("s3", description="A recipe of `recipes.RECIPES`: s3 | search_r1 | r1_searcher | r_search | eval_rar, or a Recipe subclass as 'package.module:ClassName'.")
     recipe_options: dict[str, Any] = Field(
         default_factory=dict,
         description="The recipe's config fields (its `config_cls`: max_turns, reward options, ...); top-k is retrieval.topk.",
@@ -313,10 +331,12 @@ class TrainConfig(StrictModel):
     @field_validator("recipe")
     @classmethod
     def _known_recipe(cls, v: str) -> str:
-        from recipes import RECIPES
+        from recipes import recipe_class
 
-        if v not in RECIPES:
-            raise ValueError(f"unknown recipe {v!r}; choose one of {sorted(RECIPES)}")
+        try:
+            recipe_class(v)
+        except KeyError as e:
+            raise ValueError(e.args[0]) from None
         return v
 
     @field_validator("recipe_options")
@@ -351,12 +371,12 @@ def check_recipe_options(recipe: str, options: dict[str, Any]) -> None:
     """
     from pydantic import ValidationError
 
-    from recipes import RECIPES
+    from recipes import recipe_class
 
     if "topk" in options:
         raise ValueError("topk: top-k is set once, by retrieval.topk (the retrieval pool and the recipe both read "
                          "it); remove it here and set retrieval.topk")
-    config_cls = RECIPES[recipe].config_cls
+    config_cls = recipe_class(recipe).config_cls
     try:
         config_cls(**options)
     except ValidationError as e:

@@ -51,8 +51,9 @@ def parse_request(raw: bytes, retrieval: dict) -> RetrieveRequest:
 _CLOSE = {"Connection": "close"}  # the rest of an unread body must not be taken for the next request
 
 
-async def read_body(request: Request, max_bytes: int, timeout_s: float) -> bytes:
-    """The request body, at most `max_bytes` bytes, received within `timeout_s` seconds.
+async def read_body(request: Request, max_bytes: int, timeout_s: float, section: str = "retrieval") -> bytes:
+    """The request body, at most `max_bytes` bytes, received within `timeout_s` seconds; error messages
+    name the limits as keys of the config `section` (the searcher routes pass "serve").
 
     `Content-Length` is checked before anything is read; the bytes are counted while reading too (a
     chunked body has no Content-Length), and reading stops at the limit.
@@ -62,7 +63,7 @@ async def read_body(request: Request, max_bytes: int, timeout_s: float) -> bytes
             not all there after `timeout_s` (retrieval.request_timeout_s); 400 for a Content-Length
             that is not a byte count. The detail names the limit and its config key.
     """
-    limit = f"expected at most {max_bytes} bytes (retrieval.max_body_bytes)"
+    limit = f"expected at most {max_bytes} bytes ({section}.max_body_bytes)"
     declared = request.headers.get("content-length")
     if declared is not None:
         if not (declared.strip().isascii() and declared.strip().isdigit()):
@@ -79,7 +80,7 @@ async def read_body(request: Request, max_bytes: int, timeout_s: float) -> bytes
                 chunks.append(chunk)
     except TimeoutError:
         raise HTTPException(
-            408, f"body: {size} bytes received in {timeout_s} s (retrieval.request_timeout_s); expected the whole "
+            408, f"body: {size} bytes received in {timeout_s} s ({section}.request_timeout_s); expected the whole "
             "body within that time", _CLOSE,
         ) from None
     return b"".join(chunks)
@@ -104,6 +105,25 @@ async def await_pool(call, timeout_s: float):
         raise HTTPException(503, f"retrieval pool actor is unavailable ({type(e).__name__})") from None
 
 
+async def retrieve_response(request: Request, search, retrieval: dict) -> JSONResponse:
+    """The whole `/retrieve` exchange (see the module docstring): read and check the body, search,
+    answer in Search-R1's format. Shared by this route and the searcher application (`serving.app`).
+
+    Args:
+        search: `search(queries, k)` → an awaitable of one hit list per query (the pool's
+            `search.remote`, or a Serve handle's).
+        retrieval: `RetrievalConfig` dict (limits, default topk, request_timeout_s).
+    Raises:
+        HTTPException: 400/408/413/422 for the request, 503/504 for the search (`read_body`,
+            `parse_request`, `await_pool`).
+    """
+    raw = await read_body(request, retrieval["max_body_bytes"], retrieval["request_timeout_s"])
+    req = parse_request(raw, retrieval)
+    hits = await await_pool(search(req.queries, req.k(retrieval)), retrieval["request_timeout_s"])
+    result = [[search_r1_item(h, req.return_scores) for h in row] for row in hits]
+    return JSONResponse({"result": result})  # skips jsonable_encoder: plain JSON types only
+
+
 _BODY_SCHEMA = {"content": {"application/json": {"schema": RetrieveRequest.model_json_schema()}}, "required": True}
 
 
@@ -125,11 +145,7 @@ class RetrievalRoute:
     @app.post("/retrieve", openapi_extra={"requestBody": _BODY_SCHEMA})
     async def retrieve(self, request: Request) -> JSONResponse:
         """Search-R1 `/retrieve`: top-k passages per query (see the module docstring)."""
-        raw = await read_body(request, self.cfg["max_body_bytes"], self.cfg["request_timeout_s"])
-        req = parse_request(raw, self.cfg)
-        hits = await await_pool(self.pool.search.remote(req.queries, req.k(self.cfg)), self.cfg["request_timeout_s"])
-        result = [[search_r1_item(h, req.return_scores) for h in row] for row in hits]
-        return JSONResponse({"result": result})  # skips jsonable_encoder: plain JSON types only
+        return await retrieve_response(request, self.pool.search.remote, self.cfg)
 
     @app.get("/health")
     async def health(self) -> dict:
