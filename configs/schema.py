@@ -187,6 +187,7 @@ class ServeConfig(StrictModel):
     )
     max_body_bytes: int = Field(65536, gt=0, description="Largest request body (bytes) of the searcher routes; larger answers 413.")
     max_question_tokens: int = Field(256, gt=0, description="Longest question (policy tokens); longer answers 422.")
+    max_turns: int = Field(8, ge=0, description="Largest max_turns a request may ask for (searches per episode).")
     request_timeout_s: float = Field(
         300.0, gt=0, description="Default and largest per-request deadline (seconds); past it a request answers 504."
     )

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.engines.spec import EngineSpec, engine_spec
-from recipes import RECIPES
+from recipes import RECIPES, recipe_class
 from recipes.base import ANSWER_PROMPT
 from recipes.metrics import cover_exact_match, exact_match, f1_score, span_check
 
@@ -54,7 +54,7 @@ ALL = "all"
 
 METRICS = ("em", "f1", "cover_em", "span_check", "gen_acc")
 
-_BATCH = 256  # questions per worker call (progress lines and bounded result messages)
+_CHUNK = 8  # questions per worker call: calls run concurrently (the engine batches across them); the bar moves per call
 
 
 class EvaluationError(ValueError):
@@ -325,6 +325,26 @@ def _judge_flags(ray: Any, judge: Any, records: list[dict]) -> list[bool]:
     return flags
 
 
+def _run_chunks(ray: Any, worker: Any, plan: _Plan, examples: list[dict], seed: int, progress: bool) -> list[dict]:
+    """Greedy final records of `examples` under `plan` on `worker`, in order, with a progress bar
+    (questions, ETA) that moves as each chunk of `_CHUNK` questions comes back."""
+    from tqdm import tqdm
+
+    chunks = {worker.run_final.remote(examples[i : i + _CHUNK], plan.recipe, recipe_config=plan.recipe_config,
+                                      sampling={"temperature": 0.0, "seed": seed}, limits=plan.limits,
+                                      chat=plan.chat): i
+              for i in range(0, len(examples), _CHUNK)}
+    done: dict[int, list[dict]] = {}
+    with tqdm(total=len(examples), unit="q", desc=f"evaluate {plan.method}", disable=not progress,
+              dynamic_ncols=True) as bar:
+        pending = list(chunks)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            done[chunks[ready[0]]] = ray.get(ready[0])
+            bar.update(len(done[chunks[ready[0]]]))
+    return [r for i in sorted(done) for r in done[i]]
+
+
 def evaluate(
     cfg: Any,
     qa_file: str | Path,
@@ -338,6 +358,7 @@ def evaluate(
     generator: Any = None,
     judge: Any = None,
     log: Callable[[str], None] = log.info,
+    progress: bool = True,
 ) -> list[dict[str, Any]]:
     """Evaluate `methods` on `limit` questions of `qa_file`; write the results to `out_dir`.
 
@@ -358,6 +379,7 @@ def evaluate(
             (e.g. from the training pipeline; never shut down here). None = start one (the judge
             defaults to the generator when `frozen.judge_model` is None).
         log: progress lines.
+        progress: a progress bar (questions, ETA) per method.
     Returns:
         The rows of `compute_rows` (also in `results.json`).
     Raises:
@@ -377,10 +399,10 @@ def evaluate(
     names = parse_methods(methods)
     plans = plan_methods(cfg, names, str(checkpoint) if checkpoint is not None else None)
     examples = load_questions(qa_file, cfg.data.dir, limit, sample_seed=cfg.seed if sample else None)
-    needs_pool = any(RECIPES[p.recipe].retrieves for p in plans)
+    needs_pool = any(recipe_class(p.recipe).retrieves for p in plans)
     if needs_pool and pool is None:
         Manifest.load(cfg.index.dir)  # a missing / unfinished index fails before any actor starts
-    generator_answers = any(RECIPES[p.recipe].generator_answers for p in plans)
+    generator_answers = any(recipe_class(p.recipe).generator_answers for p in plans)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -415,19 +437,13 @@ def evaluate(
                     log(f"{p.method}: same engine and recipe as {same.method}, its episodes reused")
                     continue
                 t0 = time.perf_counter()
-                recs: list[dict] = []
-                for i in range(0, len(examples), _BATCH):
-                    recs += ray.get(worker.run_final.remote(
-                        examples[i : i + _BATCH], p.recipe, recipe_config=p.recipe_config,
-                        sampling={"temperature": 0.0, "seed": cfg.seed}, limits=p.limits, chat=p.chat))
-                    log(f"{p.method} ({p.recipe}): {len(recs)}/{len(examples)} questions")
-                results[p.method] = recs
+                results[p.method] = _run_chunks(ray, worker, p, examples, cfg.seed, progress)
                 log(f"{p.method}: episodes done in {time.perf_counter() - t0:.0f} s")
             actors.stop([worker])
 
         # s3: the frozen generator answers from the searcher's final context (Fig. 12 prompt).
         for p in plans:
-            if RECIPES[p.recipe].generator_answers:
+            if recipe_class(p.recipe).generator_answers:
                 recs = results[p.method]
                 answers = ray.get([generator.generate_answer.remote(r["question"], r["context"], ANSWER_PROMPT)
                                    for r in recs])

@@ -74,9 +74,9 @@ def validate(cfg: Config, need_index: bool = True) -> Config:
         TrainConfigError: naming the keys and the fix.
         DataPackError: a missing data pack or QA file.
     """
-    from recipes import RECIPES
+    from recipes import RECIPES, recipe_class
 
-    if not RECIPES[cfg.train.recipe].trainable:
+    if not recipe_class(cfg.train.recipe).trainable:
         trainable = sorted(name for name, cls in RECIPES.items() if cls.trainable)
         raise TrainConfigError(f"train.recipe={cfg.train.recipe!r} is an evaluation baseline, nothing to train; "
                                f"choose one of {trainable}")
@@ -153,6 +153,7 @@ class Trainer:
         self.pool = self.policy = self.critic = self.reference = None
         self.tracker = None
         self._questions: dict[str, list[dict]] = {}
+        self.on_phase: Any = lambda phase: None  # called with "rollout", "prepare", ... as a step moves on
 
     # -- setup ------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -222,11 +223,13 @@ class Trainer:
         examples = [pool[i] for i in idx]
 
         t = time.perf_counter()
+        self.on_phase("rollout+score")
         trajs = self.rollout(examples, options, cfg.rollout.samples_per_prompt, cfg.rollout.temperature,
                              seed=cfg.seed * 1_000_003 + step)
         timings["rollout_s"] = time.perf_counter() - t
 
         t = time.perf_counter()
+        self.on_phase("logprobs+advantages")
         batch = make_train_batch(trajs, self.pad_token_id)
         logprobs, _ = self.policy.compute_logprobs(batch)
         ref = ray.get(self.reference.compute_logprobs.remote(batch)) if self.reference is not None else None
@@ -243,9 +246,11 @@ class Trainer:
         timings["prepare_s"] = time.perf_counter() - t
 
         t = time.perf_counter()
+        self.on_phase("update")
         critic_m = self.critic.update(batch, cfg.algorithm) if self.critic is not None else None
         policy_m = self.policy.update(batch, cfg.algorithm)
         timings["update_s"] = time.perf_counter() - t
+        self.on_phase("weight sync")
         sync = self.policy.sync_weights(self.workers, version=step + 1)
 
         metrics = {"step": float(step + 1), "stage": float(stage + 1)}
@@ -394,21 +399,40 @@ def run_loop(trainer: Trainer, start_step: int) -> None:
     from tqdm import tqdm
 
     cfg, total = trainer.cfg, total_steps(trainer.cfg)
-    bar = tqdm(total=total, initial=start_step, desc=f"train {cfg.train.recipe}", disable=not trainer.progress,
-               dynamic_ncols=True)
+    bar = tqdm(total=total, initial=start_step, desc=f"train {cfg.train.recipe}", unit="step",
+               disable=not trainer.progress, dynamic_ncols=True)
+    last = ""  # the previous step's summary, shown beside the running phase
+
+    def show(phase: str) -> None:
+        bar.set_postfix_str(f"{phase}{' | ' + last if last else ''}")
+
+    trainer.on_phase = show
     try:
         for step in range(start_step, total):
             metrics = trainer.step(step)
             done = step + 1
             if done == total or (cfg.train.eval_every and done % cfg.train.eval_every == 0):
+                show("dev evaluation")
                 metrics.update(trainer.evaluate_dev(done))
             trainer.tracker.log(metrics, step=done)
-            bar.set_postfix(reward=f"{metrics['rollout/reward_mean']:.3f}", step_s=f"{metrics['time/step_s']:.0f}")
-            bar.update(1)
+            last = step_summary(metrics)
             if done == total or (cfg.train.save_every and done % cfg.train.save_every == 0):
+                show("checkpoint")
                 trainer.save(done)
+            show("done" if done == total else "next step")
+            bar.update(1)
     finally:
+        trainer.on_phase = lambda phase: None
         bar.close()
+
+
+def step_summary(metrics: dict[str, float]) -> str:
+    """One line of a step's headline numbers: reward, searches and valid actions per episode, and
+    seconds per phase (rollout incl. scoring, log-probs and advantages, update, weight sync)."""
+    t = {k: metrics.get(f"time/{k}_s", 0.0) for k in ("rollout", "prepare", "update", "sync")}
+    return (f"reward {metrics.get('rollout/reward_mean', 0.0):.3f} searches {metrics.get('rollout/searches_per_episode', 0.0):.2f} "
+            f"valid {metrics.get('rollout/valid_action_rate', 0.0):.2f} | rollout {t['rollout']:.0f}s "
+            f"prep {t['prepare']:.0f}s update {t['update']:.0f}s sync {t['sync']:.0f}s")
 
 
 def cfg_to_yaml(cfg: Config) -> str:

@@ -2,7 +2,8 @@
 
     SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.probe_base_rates [--config configs/train_cpu.yaml] \
         [--models gemma3-270m,smollm2-135m-instruct] [--recipes search_r1,r1_searcher] \
-        [--variants plain,example,prefill,example+prefill] [--questions 6] [--samples 4] [--max-turns 2] [key=value ...]
+        [--variants plain,example,prefill,example+prefill] [--questions 6] [--samples 4] [--max-turns 2]
+        [--recipe-options '{"stage": 1}'] [key=value ...]
 
 RL cannot reinforce what the policy never samples, so measure before training. Each model gets one
 RolloutWorker (the config's policy engine, `rollout.*` limits); each recipe runs `--samples` episodes
@@ -70,6 +71,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--questions", type=int, default=6, help="training questions (count)")
     parser.add_argument("--samples", type=int, default=4, help="episodes per question")
     parser.add_argument("--max-turns", type=int, default=2, help="search/invalid steps per episode (recipe max_turns)")
+    parser.add_argument("--recipe-options", default="{}", type=json.loads,
+                        help='JSON options for every probed recipe, e.g. \'{"stage": 1}\' (r1_searcher stage-1 rewards)')
     parser.add_argument("--out", default="runs/base_rates.json")
     args, cfg = parse_config(parser, argv)
     import ray
@@ -105,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
                 (worker,) = start_rollout_workers(actors, cfg, pool, model=model, count=1)
                 actors.wait_ready([worker], timeout_s=1800, what=f"the policy engine of {model}")
                 for recipe, variant, options in plans:
-                    config = {"topk": cfg.retrieval.topk, "max_turns": args.max_turns, **options}
+                    config = {"topk": cfg.retrieval.topk, "max_turns": args.max_turns, **args.recipe_options, **options}
                     scored = not get_recipe(recipe, config).frozen_roles()
                     trajs = ray.get(worker.run.remote(
                         examples, recipe, recipe_config=config, n=args.samples, limits=limits, chat=ro.chat,

@@ -544,3 +544,21 @@ def test_search_r1_f1_reward_gives_partial_credit():
         rec.step(ep, "<answer> Shakespeare </answer>")
         r = rec.reward(ep)
         assert r.total == expected and dict(r.components) == {metric: expected}
+
+
+def test_a_user_recipe_is_named_by_import_path():
+    from configs import ConfigError, load_config
+    from recipes import get_recipe, recipe_class
+    from tests.scripted_recipe import ParityReward
+
+    assert recipe_class("tests.scripted_recipe:ParityReward") is ParityReward
+    recipe = get_recipe("tests.scripted_recipe:ParityReward", {"max_turns": 2})
+    assert recipe.config.max_turns == 2 and recipe.trainable
+    cfg = load_config("configs/search_r1_cpu.yaml", ["train.recipe=tests.scripted_recipe:ParityReward"])
+    assert cfg.train.recipe == "tests.scripted_recipe:ParityReward"
+    for bad, match in [("tests.scripted_recipe:Nope", "does not import"), ("no_such_module:X", "does not import"),
+                       ("recipes.metrics:f1_score", "not a Recipe subclass"), ("searchr1", "unknown recipe")]:
+        with pytest.raises(KeyError, match=match):
+            recipe_class(bad)
+        with pytest.raises(ConfigError, match="train.recipe"):
+            load_config("configs/search_r1_cpu.yaml", [f"train.recipe={bad}"])

@@ -198,12 +198,12 @@ def recipe_config(cfg, recipe: str, **forced: Any):
     from pydantic import ValidationError
 
     from configs import ConfigError
-    from recipes import RECIPES
+    from recipes import recipe_class
 
     # train.recipe_options belong to train.recipe: another recipe's options may not fit this one.
     options = cfg.recipe_config(forced) if cfg.train.recipe == recipe else {**forced, "topk": cfg.retrieval.topk}
     try:
-        return RECIPES[recipe].config_cls(**options)
+        return recipe_class(recipe).config_cls(**options)
     except ValidationError as e:
         problems = [f"train.recipe_options.{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors()]
         raise ConfigError(problems, f"recipe {recipe!r} options") from None
