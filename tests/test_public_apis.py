@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SCANNED = ("actors", "algorithms", "cluster", "configs", "pipelines", "recipes", "scripts")
+SCANNED = ("actors", "algorithms", "cluster", "configs", "pipelines", "recipes", "scripts", "serving")
 
 
 def _private(name: str) -> bool:

@@ -22,7 +22,7 @@ from typing import Any
 
 from actors.engines.base import Engine, Sampling
 from actors.rollout.trajectory import Trajectory, TurnRecord
-from recipes.base import Doc, Episode, Recipe, Scorer, Search, Turn, as_docs
+from recipes.base import Doc, Episode, Recipe, Scorer, Search, as_docs
 
 Searcher = Callable[[str, int], Awaitable[Sequence[Mapping[str, Any] | Doc]]]
 """`await searcher(query, k)` → top-k hits (dicts with doc_id, title, text, score) for one query."""
@@ -248,11 +248,11 @@ class AgentLoop:
         return out
 
     async def run_episode(self, example: Any, sample_index: int = 0,
-                          on_turn: Callable[[Turn, TurnRecord], None] | None = None) -> Trajectory:
+                          on_turn: Callable[[Episode, TurnRecord], None] | None = None) -> Trajectory:
         """One episode from start to reward; never raises on model output or length limits.
 
-        `on_turn(turn, record)` is called after each turn's search and observation (serving streams
-        turns as they happen with it)."""
+        `on_turn(episode, record)` is called after each turn's search and observation, the turn being
+        `episode.turns[-1]` (serving streams turns as they happen with it)."""
         run = _EpisodeRun(self, example, sample_index)
         await run.start()
         while not run.done:
@@ -260,7 +260,7 @@ class AgentLoop:
             await run.generate()
             await run.act()
             if on_turn is not None and len(run.episode.turns) > before:  # no turn when the budget was spent
-                on_turn(run.episode.turns[-1], run.traj.turns[-1])
+                on_turn(run.episode, run.traj.turns[-1])
         return await run.finish()
 
     async def run_batch(self, examples: Sequence[Any], n: int = 1) -> list[Trajectory]:

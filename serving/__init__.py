@@ -1,0 +1,11 @@
+"""Serving the trained searcher on Ray Serve (issue 15).
+
+- `schemas.py`: request/response models (strict, unknown fields refused) and `parse_json` (422 naming the field).
+- `errors.py`: `ApiError` (the JSON error answer) and the errors replicas raise (deadline, overload, too long).
+- `auth.py`: the bearer token of `SEARCHRL_API_TOKEN`.
+- `searcher.py`: `SearchService`, one question = one evaluation episode on the project's agent loop (no Ray).
+- `openai_compat.py`: chat completions, streamed chunks and the model list in OpenAI's format.
+- `api.py`: the FastAPI routes over a `Backend`.
+- `app.py`: the Ray Serve deployments (Searcher, Retrieval, Generator, Ingress) and `build_app`.
+- `checkpoint.py`: what `--checkpoint PATH` names (run directory, step directory, model directory or name).
+"""
