@@ -180,7 +180,7 @@ class ServeConfig(StrictModel):
         16, ge=1, description="Episodes one searcher replica runs at once (its engine batches them)."
     )
     max_queued_requests: int = Field(
-        64, ge=0, description="Requests waiting for a searcher replica beyond those running; more answer 503 with Retry-After."
+        64, ge=1, description="Requests waiting for a searcher replica beyond those running; more answer 503 with Retry-After."
     )
     autoscaling_config: dict[str, Any] | None = Field(
         None, description="Ray Serve autoscaling of the searcher (min_replicas, max_replicas, target_ongoing_requests, ...)."

@@ -33,8 +33,20 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from actors.retrieval.http import read_body
 from serving import openai_compat
 from serving.auth import check_bearer
-from serving.errors import ApiError, DeadlineError, OverloadedError, QuestionTooLongError, UnavailableError
-from serving.schemas import ChatCompletionRequest, Limits, ModelOut, SearchRequest, parse_json
+from serving.errors import (
+    ApiError,
+    DeadlineError,
+    OverloadedError,
+    QuestionTooLongError,
+    UnavailableError,
+)
+from serving.schemas import (
+    ChatCompletionRequest,
+    Limits,
+    ModelOut,
+    SearchRequest,
+    parse_json,
+)
 
 log = logging.getLogger(__name__)
 

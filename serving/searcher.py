@@ -21,7 +21,15 @@ from actors.rollout.agent_loop import AgentLoop, RolloutLimits, Searcher
 from recipes import get_recipe
 from recipes.base import ANSWER_PROMPT, Doc
 from serving.errors import DeadlineError, QuestionTooLongError
-from serving.schemas import DocOut, ModelOut, SearchRequest, SearchResponse, Timings, TurnOut, Usage
+from serving.schemas import (
+    DocOut,
+    ModelOut,
+    SearchRequest,
+    SearchResponse,
+    Timings,
+    TurnOut,
+    Usage,
+)
 
 AnswerFn = Callable[[str, str, str], Awaitable[str]]
 """`await answer_fn(question, context, template)` → the frozen generator's answer."""

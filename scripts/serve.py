@@ -1,0 +1,95 @@
+"""Serve a trained searcher (or a base model) with its retriever over HTTP on Ray Serve, until Ctrl-C / SIGTERM.
+
+    .venv/bin/python -m scripts.serve --checkpoint PATH [--config FILE] [key=value ...]
+
+PATH: a run directory (its newest checkpoint), a `checkpoints/step-N` directory, a Hugging Face
+model directory or a model name (`gemma3-270m`). The config defaults to the run's `config.yaml`
+(`configs/s3_cpu.yaml` for a model with no run); `serve.*` keys set host, port, replicas and limits.
+Starts a local Ray cluster (or joins one with `ray.address=auto`); on exit removes the application
+and stops only the cluster it started. Exit status 2 for a bad checkpoint, config or index.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+
+from scripts.cli import parse_config, user_errors
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt  # SIGTERM stops the server like Ctrl-C: the app and our cluster are removed
+
+
+def _checkpoint_arg(argv: list[str] | None) -> tuple[str | None, str | None]:
+    """`--checkpoint` and `--config` as given (before the full parse picks the config's default)."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--checkpoint")
+    pre.add_argument("--config")
+    known, _ = pre.parse_known_args(argv)
+    return known.checkpoint, known.config
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: serve `--checkpoint PATH` until Ctrl-C or SIGTERM (exit 2: bad checkpoint, config or index)."""
+    from serving.checkpoint import CheckpointError, resolve_served
+    from serving.config import config_path
+
+    parser = argparse.ArgumentParser(prog="python -m scripts.serve", description=__doc__.splitlines()[0])
+    parser.add_argument("--checkpoint", required=True, metavar="PATH",
+                        help="run directory, checkpoints/step-N directory, Hugging Face model directory or model name")
+    checkpoint, config = _checkpoint_arg(argv)
+    served = None
+    if checkpoint:
+        try:
+            served = resolve_served(checkpoint)
+        except CheckpointError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+    default = str(config_path(served, config)) if served else None
+    _, cfg = parse_config(parser, argv, **({"default_config": default} if default else {}))
+    from actors.retrieval.index_store import Manifest
+
+    with user_errors():
+        Manifest.load(cfg.index.dir)  # fail fast, before starting Ray
+
+    from cluster.ray_init import init_ray
+    from serving.launch import start_app, stop_app
+
+    local = init_ray(cfg.ray)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        t0 = time.perf_counter()
+        try:
+            url = start_app(cfg, served)
+        except RuntimeError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        name = cfg.serve.model_name or served.name
+        print(f"searcher {name} ({cfg.train.recipe}, {served.model}) ready in {time.perf_counter() - t0:.0f} s at {url}")
+        print(f"routes: POST {url}/v1/search  POST {url}/v1/search/stream  POST {url}/v1/chat/completions  "
+              f"GET {url}/v1/models  GET {url}/health  POST {url}/retrieve")
+        auth = " -H \"Authorization: Bearer $SEARCHRL_API_TOKEN\"" if _token() else ""
+        body = json.dumps({"question": "who wrote hamlet?"})
+        print(f"example: curl -s {url}/v1/search -H 'Content-Type: application/json'{auth} -d '{body}'")
+        print("Ctrl-C to stop", flush=True)
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        print("stopping", file=sys.stderr)
+        return 0
+    finally:
+        stop_app(local)  # our own cluster: Serve and Ray stop; a joined one: only our app is removed
+
+
+def _token() -> bool:
+    from serving.auth import token_from_env
+
+    return token_from_env() is not None
+
+
+if __name__ == "__main__":
+    sys.exit(main())
