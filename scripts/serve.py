@@ -33,12 +33,13 @@ def _checkpoint_arg(argv: list[str] | None) -> tuple[str | None, str | None]:
     return known.checkpoint, known.config
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point: serve `--checkpoint PATH` until Ctrl-C or SIGTERM (exit 2: bad checkpoint, config or index)."""
+def served_config(parser: argparse.ArgumentParser, argv: list[str] | None):
+    """`--checkpoint PATH` added to `parser`, then (served policy, config): the config is `--config`,
+    else the run's `config.yaml`, else `serving.config.DEFAULT_CONFIG`, with the overrides. Exits 2
+    with an `error:` line for a PATH that names nothing servable or a bad config."""
     from serving.checkpoint import CheckpointError, resolve_served
     from serving.config import config_path
 
-    parser = argparse.ArgumentParser(prog="python -m scripts.serve", description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", required=True, metavar="PATH",
                         help="run directory, checkpoints/step-N directory, Hugging Face model directory or model name")
     checkpoint, config = _checkpoint_arg(argv)
@@ -47,10 +48,16 @@ def main(argv: list[str] | None = None) -> int:
         try:
             served = resolve_served(checkpoint)
         except CheckpointError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
+            parser.exit(2, f"error: {e}\n")
     default = str(config_path(served, config)) if served else None
-    _, cfg = parse_config(parser, argv, **({"default_config": default} if default else {}))
+    args, cfg = parse_config(parser, argv, **({"default_config": default} if default else {}))
+    return args, served, cfg
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: serve `--checkpoint PATH` until Ctrl-C or SIGTERM (exit 2: bad checkpoint, config or index)."""
+    parser = argparse.ArgumentParser(prog="python -m scripts.serve", description=__doc__.splitlines()[0])
+    _, served, cfg = served_config(parser, argv)
     from actors.retrieval.index_store import Manifest
 
     with user_errors():

@@ -80,6 +80,12 @@ class ApiSettings:
     retry_after_s: int = 2
 
 
+def _message(exc: BaseException) -> str:
+    """The error's own message (a replica's exception arrives wrapped by Ray: its `cause` is the original)."""
+    cause = getattr(exc, "cause", None)
+    return str(cause if isinstance(cause, BaseException) else exc)
+
+
 def as_api_error(exc: BaseException, retry_after_s: int) -> ApiError:
     """The HTTP answer for an exception of a route or a replica (Ray re-raises a replica's exception
     as a subclass of it, so isinstance works across the handle). Anything unexpected is a 500 that
@@ -88,14 +94,14 @@ def as_api_error(exc: BaseException, retry_after_s: int) -> ApiError:
     if isinstance(exc, ApiError):
         return exc
     if isinstance(exc, QuestionTooLongError):
-        return ApiError(422, str(getattr(exc, "cause", None) or exc).splitlines()[-1].strip(), "question")
+        return ApiError(422, _message(exc), "question")
     if isinstance(exc, (DeadlineError, asyncio.TimeoutError)):
-        msg = str(exc).splitlines()[-1].strip() if str(exc) else "the request ran past its deadline"
-        return ApiError(504, msg, "timeout_s")
+        return ApiError(504, _message(exc) or "the request ran past its deadline (timeout_s)", "timeout_s")
     if isinstance(exc, OverloadedError):
-        return ApiError(503, f"every searcher replica is busy and the queue is full ({exc}); retry later", None, retry)
+        return ApiError(503, f"every searcher replica is busy and the queue is full ({_message(exc)}); retry later",
+                        None, retry)
     if isinstance(exc, UnavailableError):
-        return ApiError(503, f"{exc}; retry later", None, retry)
+        return ApiError(503, f"{_message(exc)}; retry later", None, retry)
     if isinstance(exc, HTTPException):
         return ApiError(exc.status_code, str(exc.detail), "body", exc.headers)
     log.error("unexpected error in a searcher route", exc_info=exc)

@@ -20,6 +20,7 @@ RayService (`import_path: serving.app:build_app`); `scripts.serve` runs the same
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -112,9 +113,9 @@ class Searcher:
             yield item
 
     async def ready(self) -> dict:
-        """The engine's model and weight version."""
+        """The engine's model and weight version, and this replica's process id (for operators)."""
         engine = await self.holder.get()
-        return {"model": self.holder.spec.model, "weight_version": engine.weight_version}
+        return {"model": self.holder.spec.model, "weight_version": engine.weight_version, "pid": os.getpid()}
 
     async def __del__(self):
         await self.holder.shutdown()  # vLLM leaves /dev/shm segments otherwise

@@ -1,0 +1,172 @@
+"""Benchmark the served searcher against the way Search-R1's `infer.py` serves a question today.
+
+    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.bench_serve --checkpoint PATH [--questions 16] [key=value ...]
+
+The same test questions (a seeded sample spread over the split's datasets) go through two paths:
+(a) baseline: one process, one question at a time, transformers `generate` (greedy) until the
+    recipe's closing tag, a `POST /retrieve` call, the documents appended as text, repeat (the whole
+    text re-tokenized every turn, as `infer.py` does); it calls the app's own `/retrieve`;
+(b) the endpoint (`serving.app`, started here on its own local cluster): `POST /v1/search` from 16,
+    then 4, then 1 concurrent clients (16 first: it runs with a cold prefix cache).
+Prints where the endpoint's time goes (mean seconds per request: engine, retrieval, queue) and ends
+with `serve: qps_1=… qps_4=… qps_16=… p50_s=… p95_s=… baseline_qps=… speedup=…` (p50/p95: request
+latency at 16 clients; speedup: qps_16 / baseline_qps). Writes JSON with --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from scripts.serve import served_config
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-quantile (0..1) of `values`, nearest rank."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered) + 0.5) - 1))]
+
+
+async def endpoint_run(url: str, questions: list[str], clients: int, timeout_s: float) -> dict:
+    """All `questions` through `POST /v1/search` with `clients` concurrent clients.
+
+    Returns:
+        {clients, qps, latencies_s, mean generate_s / search_s / queue_s / total_s, statuses,
+        finish_reasons}.
+    """
+    import httpx
+
+    sem = asyncio.Semaphore(clients)
+    results: list[tuple[float, httpx.Response]] = []
+
+    async with httpx.AsyncClient(base_url=url, timeout=timeout_s) as client:
+        async def one(q: str) -> None:
+            async with sem:
+                t = time.perf_counter()
+                r = await client.post("/v1/search", json={"question": q})
+                results.append((time.perf_counter() - t, r))
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one(q) for q in questions))
+        wall = time.perf_counter() - t0
+    ok = [r.json() for _, r in results if r.status_code == 200]
+    mean = {k: statistics.fmean(b["timings"][k] for b in ok) if ok else float("nan")
+            for k in ("total_s", "generate_s", "search_s", "queue_s")}
+    return {"clients": clients, "qps": len(questions) / wall, "wall_s": wall, "latencies_s": [t for t, _ in results],
+            "mean": mean, "statuses": sorted(r.status_code for _, r in results),
+            "finish_reasons": sorted(b["finish_reason"] for b in ok), "answers": [b["answer"] for b in ok]}
+
+
+def _doc(item: dict):
+    """A Search-R1 `/retrieve` item as a recipe `Doc` (contents = '"title"\\ntext')."""
+    from recipes.base import Doc
+
+    doc = item["document"]
+    title, _, text = doc["contents"].partition("\n")
+    return Doc(doc["id"], title.strip('"'), text, item.get("score"))
+
+
+def baseline_run(cfg, model_path: str, url: str, questions: list[str]) -> dict:
+    """Search-R1 `infer.py`'s way: per question, generate with transformers until a stop string,
+    search over HTTP, append the documents, repeat; one question at a time.
+
+    Raises:
+        SystemExit: the recipe's frozen generator answers (s3): infer.py has no such path.
+    """
+    import httpx
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from actors.engines.models import resolve_model
+    from recipes import get_recipe
+
+    recipe = get_recipe(cfg.train.recipe, cfg.recipe_config())
+    if recipe.generator_answers:
+        sys.exit(f"error: recipe {recipe.name!r} answers with a frozen generator; the infer.py baseline covers "
+                 "recipes whose policy answers (search_r1, r1_searcher, r_search, eval_rar)")
+    path = resolve_model(model_path)
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, torch_dtype="auto").eval()
+    chat = bool(tok.chat_template) if cfg.rollout.chat is None else cfg.rollout.chat
+    budget, k = cfg.rollout.max_new_tokens_per_turn, cfg.retrieval.topk
+    client = httpx.Client(base_url=url, timeout=120.0)
+
+    def retrieve(query: str) -> list:
+        r = client.post("/retrieve", json={"queries": [query], "topk": k, "return_scores": True})
+        r.raise_for_status()
+        return [_doc(item) for item in r.json()["result"][0]]
+
+    latencies, reasons = [], []
+    t0 = time.perf_counter()
+    for q in questions:
+        t = time.perf_counter()
+        ep = recipe.start(q, initial_docs=retrieve(q) if recipe.initial_search else None, chat=chat)
+        text = ep.prompt.render(tok if chat else None)
+        while not ep.done:
+            ids = tok(text, return_tensors="pt", add_special_tokens=not chat)
+            with torch.inference_mode():
+                out = model.generate(**ids, max_new_tokens=budget, do_sample=False, stop_strings=list(recipe.stop_strings),
+                                     tokenizer=tok, pad_token_id=tok.pad_token_id or tok.eos_token_id)
+            new_ids = out[0, ids["input_ids"].shape[1]:]
+            new = tok.decode(new_ids, skip_special_tokens=True)
+            turn = recipe.step(ep, new, "length" if len(new_ids) >= budget else "stop")
+            if turn.needs_retrieval:
+                recipe.observe(ep, retrieve(turn.action.query))
+            text += new + turn.observation
+        latencies.append(time.perf_counter() - t)
+        reasons.append(ep.stop_reason)
+    wall = time.perf_counter() - t0
+    client.close()
+    return {"qps": len(questions) / wall, "wall_s": wall, "latencies_s": latencies, "finish_reasons": sorted(reasons)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: baseline (infer.py's loop) vs the endpoint at 1/4/16 clients; prints the `serve:` line."""
+    parser = argparse.ArgumentParser(prog="python -m scripts.bench_serve", description=__doc__.splitlines()[0])
+    parser.add_argument("--questions", type=int, default=16, help="test questions (count) per run")
+    parser.add_argument("--out", default=None, help="write the measurements as JSON here")
+    args, served, cfg = served_config(parser, argv)
+    from cluster.ray_init import init_ray
+    from pipelines.evaluate import load_questions
+    from scripts.cli import user_errors
+    from serving.launch import start_app, stop_app
+
+    with user_errors():
+        questions = [e["question"] for e in load_questions(cfg.data.test, cfg.data.dir, args.questions,
+                                                           sample_seed=cfg.seed)]
+    local = init_ray(cfg.ray)
+    try:
+        t = time.perf_counter()
+        url = start_app(cfg, served)
+        print(f"endpoint up in {time.perf_counter() - t:.0f} s at {url}; {len(questions)} questions, recipe "
+              f"{cfg.train.recipe}, policy {served.model}", flush=True)
+        runs = {}
+        for clients in (16, 4, 1):
+            runs[clients] = asyncio.run(endpoint_run(url, questions, clients, cfg.serve.request_timeout_s + 30))
+            r = runs[clients]
+            m = r["mean"]
+            print(f"endpoint, {clients:2d} clients: {r['qps']:.3f} q/s ({r['wall_s']:.1f} s), statuses {set(r['statuses'])}; "
+                  f"mean per request {m['total_s']:.2f} s = engine {m['generate_s']:.2f} + retrieval "
+                  f"{m['search_s']:.2f} + queue {m['queue_s']:.2f} (+ other)", flush=True)
+        base = baseline_run(cfg, served.model, url, questions)
+        print(f"baseline (infer.py loop, transformers, one at a time): {base['qps']:.3f} q/s ({base['wall_s']:.1f} s)")
+    finally:
+        stop_app(local)
+    lat16 = runs[16]["latencies_s"]
+    line = (f"serve: qps_1={runs[1]['qps']:.3f} qps_4={runs[4]['qps']:.3f} qps_16={runs[16]['qps']:.3f} "
+            f"p50_s={percentile(lat16, 0.5):.2f} p95_s={percentile(lat16, 0.95):.2f} baseline_qps={base['qps']:.3f} "
+            f"speedup={runs[16]['qps'] / base['qps']:.2f}")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps({"endpoint": runs, "baseline": base, "line": line}, indent=1))
+    print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""End to end: `scripts.serve` on Gemma 3 270M (vLLM CPU) over a real 2-shard index, driven by the
+`openai` client (plain and streamed), concurrent native requests mixed with bad ones, `/retrieve`,
+auth, and SIGTERM. Slow: it starts Ray, Serve and an engine (about 2 minutes here)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.test_retrieval_http import free_port
+
+REPO = Path(__file__).resolve().parents[1]
+TOKEN = "e2e-token"
+QUESTIONS = ["who wrote the declaration of independence", "what is the largest planet in the solar system",
+             "who painted the mona lisa", "when did the second world war end", "what is the capital of france",
+             "who discovered penicillin"]
+
+
+@pytest.fixture(scope="module")
+def server(small_index, tmp_path_factory):
+    """(base URL, process) of `scripts.serve` on the base Gemma model with the search_r1 recipe."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    cmd = [sys.executable, "-m", "scripts.serve", "--checkpoint", "gemma3-270m",
+           "--config", "configs/search_r1_learn_cpu.yaml", f"index.dir={small_index}", f"serve.port={port}",
+           "ray.num_cpus=4", "rollout.max_new_tokens_per_turn=48", "train.recipe_options.max_turns=1",
+           "serve.max_ongoing_requests=4", "serve.max_queued_requests=32", "retrieval.query_encoders=1"]
+    env = {**os.environ, "SEARCHRL_API_TOKEN": TOKEN, "RAY_ADDRESS": ""}
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 420
+    url = None
+    while url is None:
+        text = log.read_text()
+        for line in text.splitlines():
+            if line.startswith("searcher ") and " ready in " in line:
+                url = line.rsplit(" at ", 1)[1].strip()
+        assert proc.poll() is None, f"scripts.serve exited with {proc.returncode}:\n{text[-3000:]}"
+        assert time.monotonic() < deadline, f"not ready after 420 s:\n{text[-3000:]}"
+        time.sleep(1)
+    assert "example: curl -s " in log.read_text() and "Authorization: Bearer" in log.read_text()
+    yield url, proc, log
+    if proc.poll() is None:
+        proc.kill()
+
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def test_openai_client_plain_and_stream(server):
+    import openai
+
+    url, _, _ = server
+    client = openai.OpenAI(api_key=TOKEN, base_url=f"{url}/v1", max_retries=0, timeout=300)
+    model = client.models.list().data[0]
+    assert model.id == "gemma3-270m" and model.model_extra["recipe"] == "search_r1"
+    messages = [{"role": "user", "content": QUESTIONS[0]}]
+    plain = client.chat.completions.create(model=model.id, messages=messages)
+    trace = plain.model_extra["search"]
+    assert plain.choices[0].finish_reason in ("stop", "length") and trace["finish_reason"]
+    assert plain.usage.completion_tokens > 0 and plain.usage.prompt_tokens > 100
+    assert trace["turns"] and all(t["action"] for t in trace["turns"])
+    chunks = list(client.chat.completions.create(model=model.id, messages=messages, stream=True))
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert content == (plain.choices[0].message.content or "")  # greedy: the same answer streamed
+    assert chunks[-1].choices[0].finish_reason == plain.choices[0].finish_reason
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(api_key="wrong", base_url=f"{url}/v1", max_retries=0).models.list()
+
+
+def test_concurrent_native_requests_with_bad_ones(server):
+    url, _, _ = server
+
+    async def go():
+        async with httpx.AsyncClient(base_url=url, timeout=300, headers=AUTH) as c:
+            good = [c.post("/v1/search", json={"question": q}) for q in QUESTIONS]
+            bad = [c.post("/v1/search", json={"question": QUESTIONS[0], "topk": 0}),
+                   c.post("/v1/search", json={"question": "x" * 70000}),
+                   c.post("/v1/search", json={"question": QUESTIONS[0], "colour": 1}),
+                   c.post("/v1/search", json={"question": "word " * 400}),
+                   c.post("/v1/search", json={"question": QUESTIONS[1]}, headers={"Authorization": "Bearer no"})]
+            stream = c.post("/v1/search/stream", json={"question": QUESTIONS[2]})
+            return await asyncio.gather(*good, *bad, stream)
+
+    t = time.monotonic()
+    *good, r422, r413, r422b, r422c, r401, stream = asyncio.run(go())
+    assert time.monotonic() - t < 240
+    for r in good:
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["finish_reason"] in ("answer", "max_turns", "invalid", "max_total_tokens")
+        assert body["usage"]["completion_tokens"] > 0 and body["timings"]["generate_s"] > 0
+        for turn in body["turns"]:
+            if turn["query"] is not None:
+                assert 1 <= len(turn["docs"]) <= 3 and all(d["title"] and d["text"] for d in turn["docs"])
+    assert any(b.json()["usage"]["searches"] > 0 for b in good)  # the prefilled <search> makes it search
+    assert (r422.status_code, r413.status_code, r422b.status_code, r422c.status_code, r401.status_code) == \
+        (422, 413, 422, 422, 401)
+    assert r422.json()["detail"].startswith("topk") and r422b.json()["detail"].startswith("colour")
+    assert r422c.json()["detail"].startswith("question: ")
+    assert stream.status_code == 200
+    events = [block.split("\n")[0] for block in stream.text.strip().split("\n\n")]
+    assert events[-2:] == ["event: answer", "event: done"] and set(events[:-2]) <= {"event: turn"}
+
+
+def test_killed_replica_is_restarted(server):
+    """A searcher replica killed mid-service: requests answer 503 (never 500) until Serve has
+    restarted it, then 200 again."""
+    url, _, _ = server
+    before = httpx.get(f"{url}/health", timeout=30).json()["deployments"]["searcher"]["pid"]
+    os.kill(before, signal.SIGKILL)  # the replica process this test's server started (pid from /health)
+    deadline, codes = time.monotonic() + 300, []
+    while time.monotonic() < deadline:
+        r = httpx.post(f"{url}/v1/search", json={"question": QUESTIONS[4], "max_turns": 0}, headers=AUTH, timeout=300)
+        codes.append(r.status_code)
+        if r.status_code == 200:
+            break
+        assert r.status_code == 503 and r.headers.get("retry-after"), r.text
+        time.sleep(2)
+    assert codes[-1] == 200, codes
+    after = httpx.get(f"{url}/health", timeout=30).json()["deployments"]["searcher"]["pid"]
+    assert after != before
+
+
+def test_health_retrieve_and_sigterm(server):
+    url, proc, log = server
+    r = httpx.get(f"{url}/health", timeout=30)  # no token needed
+    assert r.status_code == 200, r.text
+    assert set(r.json()["deployments"]) == {"searcher", "retrieval"} and r.json()["deployments"]["retrieval"]["num_shards"] == 2
+    r = httpx.post(f"{url}/retrieve", json={"queries": QUESTIONS[:2], "topk": 2}, headers=AUTH, timeout=30)
+    assert r.status_code == 200 and [len(row) for row in r.json()["result"]] == [2, 2]
+    assert httpx.post(f"{url}/retrieve", json={"queries": ["a"]}, timeout=30).status_code == 401
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 0, log.read_text()[-3000:]
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"{url}/health", timeout=5)
