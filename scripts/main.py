@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     if wandb_dirs:
         print(f"wandb (offline): {wandb_dirs[-1]}  (upload: .venv/bin/wandb sync {wandb_dirs[-1]})")
     print(f"results: {run_dir / 'eval' / 'results.md'}")
+    print(f"serve it: bash scripts/serve.sh {run_dir}")
     print(f"time: training {train_s / 60:.1f} min, evaluation {eval_s / 60:.1f} min, "
           f"total {(time.perf_counter() - t0) / 60:.1f} min")
     return 0
