@@ -213,6 +213,7 @@ class Trainer:
         import ray
 
         from actors.learner.batch import make_train_batch
+        from actors.learner.policy import single_step
         from algorithms import compute_advantages
         from pipelines.train_metrics import learner_metrics, rollout_metrics
 
@@ -231,8 +232,10 @@ class Trainer:
         t = time.perf_counter()
         self.on_phase("logprobs+advantages")
         batch = make_train_batch(trajs, self.pad_token_id)
-        logprobs, _ = self.policy.compute_logprobs(batch)
         ref = ray.get(self.reference.compute_logprobs.remote(batch)) if self.reference is not None else None
+        logprobs = None  # a one-step update reads them from its own forward pass (`single_step`)
+        if ref is not None or not single_step(cfg.learner, batch.size):
+            logprobs, _ = self.policy.compute_logprobs(batch)
         values = self.critic.compute_values(batch) if self.critic is not None else None
         rewards = torch.tensor([float(t_["reward"] or 0.0) for t_ in trajs])
         advantages, returns = compute_advantages(cfg.algorithm, rewards, batch.loss_mask, group_ids=batch.group_ids,

@@ -7,9 +7,12 @@ policy text with retrieved passages (loss mask 0) from the pack's corpus, tokeni
 tokenizer. For each rank count, a `LearnerGroup` (ZeRO stage and dtype from `learner.*` in the config,
 Gemma 3 270M by default) takes `--steps` GRPO steps; the first is a warm-up and is not timed.
 Weight sync is timed into one vLLM RolloutWorker. MFU: the update's model FLOPs
-(`actors.learner.flops`) per second over this machine's measured matmul peak in the training dtype.
-Writes JSON (--out) and ends with one line:
-`learner: tokens_per_s_1rank=<x> tokens_per_s_2rank=<y> sync_s=<z> mfu_1rank=<a> mfu_2rank=<b>`.
+(`actors.learner.flops`) per second of a whole learner step over this machine's measured matmul
+peak in the training dtype. Each step is measured both ways, in the same run: before (`recompute`:
+a separate forward pass for the old log-probs, then the update) and after (`one_pass`: a one-step
+update reads them from its own forward pass, as training now does). Writes JSON (--out) and ends
+with one line: `learner (<model>): tokens_per_s_1rank=… tokens_per_s_2rank=… sync_s=… mfu_1rank=…
+mfu_2rank=… mfu_before_1rank=… mfu_before_2rank=… ratio_1rank=… ratio_2rank=…` (ratio = after / before).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import argparse
 import json
 import os
 import random
+import time
 from pathlib import Path
 
 from scripts.cli import parse_config, user_errors
@@ -86,26 +90,32 @@ def bench_ranks(cfg, ranks: int, batch, steps: int, rollout_worker) -> dict:
     group = LearnerGroup("policy", learner)
     try:
         rewards = torch.tensor([float(i % 2) for i in range(batch.size)])
-        runs = []
+        advantages = grpo_advantages(rewards, batch.group_ids, batch.loss_mask)
+        runs = {"recompute": [], "one_pass": []}
         for step in range(steps):
-            logprobs, _ = group.compute_logprobs(batch)
-            b = batch.with_fields(old_logprobs=logprobs,
-                                  advantages=grpo_advantages(rewards, batch.group_ids, batch.loss_mask))
-            m = group.update(b, AlgorithmConfig(kl_coef=0.0))
-            print(f"{ranks} rank(s), step {step}: {m['update_s']:.1f} s, {m['tokens']:.0f} policy tokens, "
-                  f"loss {m['policy_loss']:.4f}", flush=True)
-            runs.append(m)
-        timed = runs[1:] or runs
-        update_s = sum(m["update_s"] for m in timed) / len(timed)
-        tokens = timed[0]["tokens"]
+            for mode in runs:  # before: a separate old-log-prob pass; after: the update's own forward
+                t0 = time.perf_counter()
+                old = group.compute_logprobs(batch)[0] if mode == "recompute" else None
+                m = group.update(batch.with_fields(old_logprobs=old, advantages=advantages), AlgorithmConfig(kl_coef=0.0))
+                m["step_s"] = time.perf_counter() - t0
+                print(f"{ranks} rank(s), step {step}, {mode}: {m['step_s']:.1f} s, {m['tokens']:.0f} policy tokens, "
+                      f"loss {m['policy_loss']:.4f}", flush=True)
+                runs[mode].append(m)
+        step_s = {mode: _mean([m["step_s"] for m in (r[1:] or r)]) for mode, r in runs.items()}
+        tokens = runs["one_pass"][0]["tokens"]
         peak = ray.get([a.peak_memory_bytes.remote() for a in group.actors])
         sync = group.sync_weights([rollout_worker], version=ranks) if rollout_worker is not None else {}
         flops = model_flops(cfg.learner.model, batch)
-        return {"ranks": ranks, "torch_threads": learner.torch_threads, "update_s": update_s, "policy_tokens": tokens,
-                "tokens_per_s": tokens / update_s, "model_flops_per_update": flops,
-                "model_flops_per_s": flops / update_s, "peak_memory_bytes_per_rank": peak, "sync": sync, "steps": runs}
+        return {"ranks": ranks, "torch_threads": learner.torch_threads, "step_s": step_s, "policy_tokens": tokens,
+                "tokens_per_s": {mode: tokens / s for mode, s in step_s.items()}, "model_flops_per_update": flops,
+                "model_flops_per_s": {mode: flops / s for mode, s in step_s.items()},
+                "peak_memory_bytes_per_rank": peak, "sync": sync, "steps": runs}
     finally:
         group.shutdown()
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -151,7 +161,7 @@ def main(argv: list[str] | None = None) -> None:
 
     peak_flops = {d: matmul_peak_flops(d, threads=os.cpu_count()) for d in ("fp32", "bf16")}
     for r in results:  # MFU against the whole machine's peak in the training dtype (all ranks share it)
-        r["mfu"] = r["model_flops_per_s"] / peak_flops[cfg.learner.dtype]
+        r["mfu"] = {mode: f / peak_flops[cfg.learner.dtype] for mode, f in r["model_flops_per_s"].items()}
     by_ranks = {r["ranks"]: r for r in results}
     sync_s = [r["sync"]["sync_s"] for r in results if r["sync"]]
     summary = {
@@ -163,20 +173,28 @@ def main(argv: list[str] | None = None) -> None:
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(summary, indent=2))
+    peak_g = peak_flops[cfg.learner.dtype] / 1e9
     for r in results:
         peak = ", ".join(f"{b / 2**30:.2f}" for b in r["peak_memory_bytes_per_rank"])
-        print(f"{r['ranks']} rank(s): {r['tokens_per_s']:.1f} policy tokens/s, {r['update_s']:.1f} s per update, "
-              f"{r['model_flops_per_s'] / 1e9:.1f} GFLOP/s = MFU {r['mfu']:.3f} of the {cfg.learner.dtype} matmul peak "
-              f"({peak_flops[cfg.learner.dtype] / 1e9:.0f} GFLOP/s), peak GiB per rank [{peak}], "
-              f"sync {r['sync'].get('sync_s', float('nan')):.1f} s")
+        for mode in ("recompute", "one_pass"):
+            print(f"{r['ranks']} rank(s), {mode}: {r['tokens_per_s'][mode]:.1f} policy tokens/s, "
+                  f"{r['step_s'][mode]:.1f} s per step, {r['model_flops_per_s'][mode] / 1e9:.1f} GFLOP/s = MFU "
+                  f"{r['mfu'][mode]:.3f} of the {cfg.learner.dtype} matmul peak ({peak_g:.0f} GFLOP/s)")
+        print(f"{r['ranks']} rank(s): peak GiB per rank [{peak}], sync {r['sync'].get('sync_s', float('nan')):.1f} s")
 
     def fmt(x):
-        """`x` with 2 decimals; "nan" for None."""
-        return "nan" if x is None else f"{x:.2f}"
+        """`x` with 2 decimals (3 below 1); "nan" for None."""
+        return "nan" if x is None else (f"{x:.3f}" if abs(x) < 1 else f"{x:.2f}")
 
-    print(f"learner: tokens_per_s_1rank={fmt(by_ranks.get(1, {}).get('tokens_per_s'))} "
-          f"tokens_per_s_2rank={fmt(by_ranks.get(2, {}).get('tokens_per_s'))} sync_s={fmt(summary['sync_s'])} "
-          f"mfu_1rank={fmt(by_ranks.get(1, {}).get('mfu'))} mfu_2rank={fmt(by_ranks.get(2, {}).get('mfu'))}")
+    def get(ranks: int, key: str, mode: str = "one_pass"):
+        return by_ranks.get(ranks, {}).get(key, {}).get(mode)
+
+    ratio = {n: (get(n, "mfu") / get(n, "mfu", "recompute")) if get(n, "mfu") else None for n in (1, 2)}
+    print(f"learner ({cfg.learner.model}): tokens_per_s_1rank={fmt(get(1, 'tokens_per_s'))} "
+          f"tokens_per_s_2rank={fmt(get(2, 'tokens_per_s'))} sync_s={fmt(summary['sync_s'])} "
+          f"mfu_1rank={fmt(get(1, 'mfu'))} mfu_2rank={fmt(get(2, 'mfu'))} "
+          f"mfu_before_1rank={fmt(get(1, 'mfu', 'recompute'))} mfu_before_2rank={fmt(get(2, 'mfu', 'recompute'))} "
+          f"ratio_1rank={fmt(ratio[1])} ratio_2rank={fmt(ratio[2])}")
 
 
 if __name__ == "__main__":

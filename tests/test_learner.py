@@ -172,6 +172,36 @@ def test_grpo_and_ppo_steps_follow_the_advantages(ray_local, policy_case):
         started.stop()
 
 
+def test_one_step_update_reads_old_logprobs_from_its_own_forward(ray_local, tiny_gemma_dir):
+    """With one optimizer step per update (`single_step`), an update without `old_logprobs` equals
+    the update after a separate log-prob pass (the pass the trainer now skips); with two mini-batches
+    a missing `old_logprobs` is an error."""
+    from actors.learner.group import LearnerGroup
+
+    batch = make_train_batch(synthetic_trajectories(4), pad_token_id=0)
+    after, before = [], None
+    for skip in (False, True):
+        group = LearnerGroup("policy", learner_config(tiny_gemma_dir, zero_stage=0))
+        try:
+            b = batch.with_fields(old_logprobs=None) if skip else with_grpo(group, batch, [1.0, 0.0, 0.0, 1.0])[0]
+            before = b.old_logprobs if before is None else before
+            adv = grpo_advantages(torch.tensor([1.0, 0.0, 0.0, 1.0]), batch.group_ids, batch.loss_mask)
+            m = group.update(b.with_fields(advantages=adv), AlgorithmConfig(kl_coef=0.0))
+            assert m["optimizer_steps"] == 1 and m["clip_frac"] == 0.0, (skip, m)
+            after.append(group.compute_logprobs(batch)[0])
+        finally:
+            group.shutdown()
+    assert ((after[0] - before) * batch.loss_mask).abs().sum() > 0  # the update moved the policy
+    assert torch.allclose(after[0], after[1], atol=1e-5), (after[0] - after[1]).abs().max()
+    two_steps = LearnerGroup("policy", learner_config(tiny_gemma_dir, zero_stage=0, mini_batch_size=2, micro_batch_size=1))
+    try:
+        adv = grpo_advantages(torch.tensor([1.0, 0.0, 0.0, 1.0]), batch.group_ids, batch.loss_mask)
+        with pytest.raises(Exception, match="old_logprobs is None"):
+            two_steps.update(batch.with_fields(advantages=adv, old_logprobs=None), AlgorithmConfig(kl_coef=0.0))
+    finally:
+        two_steps.shutdown()
+
+
 def test_zero2_two_ranks_equal_one_rank(ray_local, tiny_gemma_dir):
     from actors.learner.group import LearnerGroup
 

@@ -26,7 +26,9 @@ class TrainBatch:
         attention_mask: `[B, P + R]` int64, 1 on real tokens.
         prompt_len: P, the padded prompt width (columns).
         loss_mask: `[B, R]` float32, 1 on policy tokens, 0 on observations, feedback and padding.
-        old_logprobs: `[B, R]` float32, log-probs of the sampling policy (0 where masked).
+        old_logprobs: `[B, R]` float32, log-probs of the sampling policy (0 where masked): the
+            engine's at first, the learner's recomputed ones before an update; None when the
+            update reads them from its own forward pass (`actors.learner.policy.single_step`).
         ref_logprobs, advantages, returns, old_values: `[B, R]` float32 or None until computed.
         group_ids: B group ids (GRPO groups; unique across datasets).
     """
@@ -35,7 +37,7 @@ class TrainBatch:
     attention_mask: torch.Tensor
     prompt_len: int
     loss_mask: torch.Tensor
-    old_logprobs: torch.Tensor
+    old_logprobs: torch.Tensor | None
     group_ids: list[str]
     ref_logprobs: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
@@ -82,19 +84,19 @@ class TrainBatch:
             out[name] = None if t is None else t[idx][:, :width]
         return TrainBatch(**out)
 
-    def with_fields(self, **tensors: torch.Tensor) -> TrainBatch:
-        """A copy with response-aligned fields set (each `[B, R]`).
+    def with_fields(self, **tensors: torch.Tensor | None) -> TrainBatch:
+        """A copy with response-aligned fields set (each `[B, R]`; None clears an optional field).
 
         Raises:
             ValueError: a field name that is not response-aligned, or a wrong shape.
         """
         for name, t in tensors.items():
-            if name not in RESPONSE_FIELDS:
+            if name not in RESPONSE_FIELDS or (t is None and name == "loss_mask"):
                 raise ValueError(f"TrainBatch.with_fields: {name!r} is not one of {RESPONSE_FIELDS}")
-            if tuple(t.shape) != tuple(self.loss_mask.shape):
+            if t is not None and tuple(t.shape) != tuple(self.loss_mask.shape):
                 raise ValueError(f"TrainBatch.with_fields: {name} has shape {tuple(t.shape)}, "
                                  f"expected {tuple(self.loss_mask.shape)} ([B, R])")
-        return replace(self, **{k: v.float() for k, v in tensors.items()})
+        return replace(self, **{k: None if v is None else v.float() for k, v in tensors.items()})
 
     def to(self, device: str | torch.device) -> TrainBatch:
         """The batch with every tensor on `device`."""

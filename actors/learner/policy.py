@@ -17,6 +17,13 @@ from algorithms import AlgorithmConfig, entropy_loss, kl_estimate, kl_loss, mask
 from configs.schema import LearnerConfig
 
 
+def single_step(config: LearnerConfig, batch_size: int) -> bool:
+    """Whether an update over `batch_size` sequences is one optimizer step (one PPO epoch, one
+    mini-batch). Then the log-probs before the update equal those of the update's own forward pass,
+    and the separate old-log-prob pass is waste (the ratio is 1 at the only step)."""
+    return config.ppo_epochs == 1 and batch_size == config.mini_batch_size
+
+
 class PolicyLearner(DeepSpeedRank):
     """The policy: per-token log-probs/entropies, PPO-family updates, weights for the rollout engines.
 
@@ -79,7 +86,9 @@ class PolicyLearner(DeepSpeedRank):
         loss term (GRPO), minus `entropy_coef` × entropy.
 
         Args:
-            batch: with `advantages` (and `ref_logprobs` when the KL is a loss term), `[B, R]`.
+            batch: with `advantages` (and `ref_logprobs` when the KL is a loss term), `[B, R]`;
+                `old_logprobs` may be None when the update is one optimizer step (`single_step`): the
+                current log-probs, detached, are then exactly the rollout policy's.
             algorithm: `AlgorithmConfig` (clip ε, KL, entropy, loss aggregation).
 
         Returns:
@@ -89,11 +98,17 @@ class PolicyLearner(DeepSpeedRank):
 
         Raises:
             ValueError: `batch.advantages` is missing, or the KL loss needs `ref_logprobs`, or the batch
-                size is not a multiple of `mini_batch_size`.
+                size is not a multiple of `mini_batch_size`, or `old_logprobs` is missing for an update
+                of more than one optimizer step.
         """
         algo = algorithm if isinstance(algorithm, AlgorithmConfig) else AlgorithmConfig(**dict(algorithm))
         if batch.advantages is None:
             raise ValueError("PolicyLearner.update: batch.advantages is None; compute advantages first")
+        if batch.old_logprobs is None and not single_step(self.config, batch.size):
+            raise ValueError(
+                "PolicyLearner.update: batch.old_logprobs is None, but this update takes more than one optimizer "
+                f"step (ppo_epochs={self.config.ppo_epochs}, {batch.size} sequences, mini_batch_size="
+                f"{self.config.mini_batch_size}); compute them first (compute_logprobs)")
         kl_term = algo.kl_coef > 0 and not algo.kl_in_reward
         if kl_term and batch.ref_logprobs is None:
             raise ValueError("PolicyLearner.update: the KL loss term needs batch.ref_logprobs "
@@ -110,7 +125,9 @@ class PolicyLearner(DeepSpeedRank):
                     mb = batch.select(micro).to(self.device)
                     logprobs, entropy = self._stats(mb)
                     mask = mb.loss_mask
-                    loss, m = policy_loss(logprobs, mb.old_logprobs, mb.advantages, mask, clip_eps=algo.clip_eps,
+                    # One optimizer step: the weights are still the rollout's, so old = current (ratio 1).
+                    old = mb.old_logprobs if mb.old_logprobs is not None else logprobs.detach()
+                    loss, m = policy_loss(logprobs, old, mb.advantages, mask, clip_eps=algo.clip_eps,
                                           clip_eps_high=algo.clip_eps_high, dual_clip=algo.dual_clip,
                                           agg=algo.loss_agg, norm_len=algo.norm_len)
                     row = {"policy_loss": float(loss.detach()), **{k: float(v) for k, v in m.items()}}
