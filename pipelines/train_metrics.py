@@ -59,3 +59,40 @@ def learner_metrics(policy: Mapping[str, float], critic: Mapping[str, float] | N
     out = {f"actor/{k}": float(v) for k, v in policy.items()}
     out.update({f"critic/{k}": float(v) for k, v in (critic or {}).items()})
     return out
+
+
+TREND_KEYS = (("rollout/reward_mean", "reward"), ("rollout/searches_per_episode", "searches/episode"),
+              ("rollout/valid_action_rate", "valid-action rate"), ("rollout/relevant_search_rate", "relevant queries"),
+              ("rollout/finish/answer", "answered"))
+
+
+def learning_trend(rows: Sequence[Mapping[str, Any]], keys: Sequence[tuple[str, str]] = TREND_KEYS
+                   ) -> list[dict[str, Any]]:
+    """Did the run learn? For each metric key: its mean over the first third of the steps, over the
+    last third, and the change (last − first). Thirds are `max(1, steps // 3)` steps; fewer than 2
+    steps gives an empty list.
+
+    Returns:
+        [{"key", "name", "first", "last", "change", "steps"}] for the keys present in the rows.
+    """
+    if len(rows) < 2:
+        return []
+    k = max(1, len(rows) // 3)
+    out = []
+    for key, name in keys:
+        first = [float(r[key]) for r in rows[:k] if key in r]
+        last = [float(r[key]) for r in rows[-k:] if key in r]
+        if first and last:
+            out.append({"key": key, "name": name, "first": _mean(first), "last": _mean(last),
+                        "change": _mean(last) - _mean(first), "steps": k})
+    return out
+
+
+def format_trend(trend: Sequence[Mapping[str, Any]]) -> str:
+    """`learning_trend` as a markdown table (metric, first third, last third, change)."""
+    if not trend:
+        return ""
+    k = trend[0]["steps"]
+    lines = [f"| metric | first {k} steps | last {k} steps | change |", "| --- | ---: | ---: | ---: |"]
+    lines += [f"| {t['name']} | {t['first']:.3f} | {t['last']:.3f} | {t['change']:+.3f} |" for t in trend]
+    return "\n".join(lines)

@@ -6,9 +6,11 @@
 2. trains `train.recipe` (`pipelines.train`): by default the s3 searcher with the Gemma 3 270M base
    model as policy and as frozen generator/judge, MiniLM retrieval over the 52k-passage corpus, and
    questions of the pack's train split;
-3. evaluates the final checkpoint against naive RAG and direct inference on `--eval-limit` test
-   questions, a seeded sample spread over the split's datasets (`pipelines.evaluate`);
-4. prints where the run directory, reward curves, wandb run and results table are.
+3. evaluates the final checkpoint against the same model untrained, naive RAG and direct inference on
+   `--eval-limit` test questions, a seeded sample spread over the split's datasets (`pipelines.evaluate`);
+4. prints the summary: the training trend (first third of the steps against the last third), the
+   results table, where the run directory, reward curves, wandb run and results are, the serve
+   command, and the minutes of each phase.
 Starts and stops its own local Ray cluster (unless `ray.address` / RAY_ADDRESS names one).
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -23,6 +26,7 @@ from pathlib import Path
 from scripts.cli import parse_config, user_errors
 
 DEFAULT_CONFIG = "configs/s3_cpu.yaml"
+EVAL_METHODS = ("direct", "naive_rag", "policy", "untrained")  # the trained searcher against the same model untrained
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     from pipelines.checkpoints import last_checkpoint
     from pipelines.data import pack_file
     from pipelines.evaluate import evaluate, format_markdown
-    from pipelines.tracking import REWARD_CURVE
+    from pipelines.tracking import REWARD_CURVE, read_metrics
+    from pipelines.train_metrics import format_trend, learning_trend
     from pipelines.train import TrainConfigError, train, validate
 
     with user_errors():  # everything a user can fix is checked before Ray starts
@@ -64,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with user_errors():
             manifest = build_index(cfg)
-            log.info("index ready: %s (%d passages) after %.0f s", cfg.index.dir, manifest.num_docs,
-                     time.perf_counter() - t0)
+            index_s = time.perf_counter() - t0
+            log.info("index ready: %s (%d passages) after %.0f s", cfg.index.dir, manifest.num_docs, index_s)
             try:
                 t1 = time.perf_counter()
                 run_dir = train(cfg, resume=args.resume)
@@ -76,13 +81,16 @@ def main(argv: list[str] | None = None) -> int:
             checkpoint = last_checkpoint(run_dir)
             t2 = time.perf_counter()
             rows = evaluate(cfg, cfg.data.test, run_dir / "eval", checkpoint=checkpoint, limit=args.eval_limit,
-                            sample=True)
+                            sample=True, methods=EVAL_METHODS)
             eval_s = time.perf_counter() - t2
     finally:
         if started:
             ray.shutdown()
     wandb_dirs = sorted((run_dir / "wandb").glob("offline-run-*"))
+    trend = format_trend(learning_trend(read_metrics(run_dir / "metrics.jsonl")))
     print()
+    if trend:
+        print(f"Training ({cfg.train.recipe}): first third of the steps against the last third\n{trend}\n")
     print(format_markdown(rows))
     print(f"\nrun directory: {run_dir}")
     print(f"reward curves: {run_dir / REWARD_CURVE}")
@@ -91,8 +99,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wandb (offline): {wandb_dirs[-1]}  (upload: .venv/bin/wandb sync {wandb_dirs[-1]})")
     print(f"results: {run_dir / 'eval' / 'results.md'}")
     print(f"serve it: bash scripts/serve.sh {run_dir}")
-    print(f"time: training {train_s / 60:.1f} min, evaluation {eval_s / 60:.1f} min, "
-          f"total {(time.perf_counter() - t0) / 60:.1f} min")
+    setup_s = float(os.environ.get("SEARCHRL_SETUP_S", 0))  # scripts/main.sh times scripts/setup.sh
+    phases = {"set-up": setup_s, "index": index_s, "training": train_s, "evaluation": eval_s}
+    print("time: " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in phases.items() if k != "set-up" or setup_s)
+          + f", total {(setup_s + time.perf_counter() - t0) / 60:.1f} min")
     return 0
 
 

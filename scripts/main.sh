@@ -5,7 +5,9 @@
 # (--config FILE, --eval-limit N, key=value overrides).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+t0=$(date +%s)
 bash scripts/setup.sh
+export SEARCHRL_SETUP_S=$(( $(date +%s) - t0 ))
 export SEARCHRL_DATA="${SEARCHRL_DATA:-$(cd .. && pwd)/shared/data}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false RAY_USAGE_STATS_ENABLED=0
 exec .venv/bin/python -m scripts.main "$@"

@@ -269,3 +269,16 @@ def test_step_summary_names_the_headline_numbers_and_phase_times():
                          "rollout/valid_action_rate": 0.5, "time/rollout_s": 61.2, "time/prepare_s": 9.9,
                          "time/update_s": 120.4, "time/sync_s": 3.0})
     assert line == "reward 0.457 searches 1.25 valid 0.50 | rollout 61s prep 10s update 120s sync 3s"
+
+
+def test_learning_trend_compares_the_first_and_last_third():
+    from pipelines.train_metrics import format_trend, learning_trend
+
+    rows = [{"step": i + 1, "rollout/reward_mean": r, "rollout/valid_action_rate": 0.5} for i, r in
+            enumerate([0.0, 0.1, 0.2, 0.2, 0.4, 0.6, 0.5])]
+    trend = {t["name"]: t for t in learning_trend(rows)}
+    assert set(trend) == {"reward", "valid-action rate"} and trend["reward"]["steps"] == 2
+    assert trend["reward"]["first"] == pytest.approx(0.05) and trend["reward"]["last"] == pytest.approx(0.55)
+    assert trend["valid-action rate"]["change"] == 0.0
+    assert "| reward | 0.050 | 0.550 | +0.500 |" in format_trend(list(trend.values()))
+    assert learning_trend(rows[:1]) == [] and format_trend([]) == ""
