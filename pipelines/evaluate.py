@@ -314,15 +314,66 @@ def _same_run(a: _Plan, b: _Plan) -> bool:
 # ----------------------------------------------------------------------------- orchestration
 
 
-def _judge_flags(ray: Any, judge: Any, records: list[dict]) -> list[bool]:
-    """GenAcc per record: span_check, else the judge's verdict (asked concurrently; never for an
-    empty answer)."""
-    flags = [bool(r["answer"]) and span_check(r["answer"], r["golden_answers"]) for r in records]
-    ask = [i for i, (f, r) in enumerate(zip(flags, records)) if not f and r["answer"] and r["answer"].strip()]
-    verdicts = ray.get([judge.judge.remote(records[i]["answer"], records[i]["golden_answers"]) for i in ask])
-    for i, v in zip(ask, verdicts):
-        flags[i] = bool(v)
-    return flags
+def _judge_flags(ray: Any, judge: Any, records: list[dict]) -> tuple[list[bool], list[bool | None]]:
+    """GenAcc per record (span_check, else the judge's verdict) and the judge's verdict itself on
+    every non-empty answer (None for an empty one), asked concurrently: the verdicts where the span
+    check decides measure the judge (`judge_agreement`)."""
+    spans = [bool(r["answer"]) and span_check(r["answer"], r["golden_answers"]) for r in records]
+    ask = [i for i, r in enumerate(records) if r["answer"] and r["answer"].strip()]
+    verdicts: list[bool | None] = [None] * len(records)
+    for i, v in zip(ask, ray.get([judge.judge.remote(records[i]["answer"], records[i]["golden_answers"]) for i in ask])):
+        verdicts[i] = bool(v)
+    return [s or bool(v) for s, v in zip(spans, verdicts)], verdicts
+
+
+AGREEMENT_FLOOR = 0.9  # below it, GenAcc measures the judge more than the answers
+
+
+def judge_agreement(records: Sequence[Mapping[str, Any]], verdicts: Sequence[bool | None]) -> dict[str, Any]:
+    """How far the LLM judge agrees with the rules where the rules decide (s3 §4.1's GenAcc trusts
+    the judge where the span check says no):
+
+    - on answers the span check accepts (a gold answer is a token span of it), the judge should say yes;
+    - on answers sharing no token with any gold answer (F1 = 0), it should say no.
+
+    Returns:
+        {"span_positive": n, "judge_yes_on_span_positive": rate, "no_overlap": n,
+        "judge_no_on_no_overlap": rate, "agreement": rate over both sets, "trusted": agreement ≥
+        AGREEMENT_FLOOR}; rates are None when their set is empty.
+    """
+    pos, neg = [], []
+    for r, v in zip(records, verdicts):
+        if v is None:
+            continue
+        if span_check(r["answer"], r["golden_answers"]):
+            pos.append(v)
+        elif f1_score(r["answer"], r["golden_answers"]) == 0.0:
+            neg.append(not v)
+
+    def rate(xs: list[bool]) -> float | None:
+        return sum(xs) / len(xs) if xs else None
+
+    agreement = rate(pos + neg)
+    return {"span_positive": len(pos), "judge_yes_on_span_positive": rate(pos), "no_overlap": len(neg),
+            "judge_no_on_no_overlap": rate(neg), "agreement": agreement,
+            "trusted": agreement is not None and agreement >= AGREEMENT_FLOOR}
+
+
+def agreement_note(agreement: Mapping[str, Any], judge_model: str) -> str:
+    """One line for the results: the judge's agreement and whether GenAcc can be read."""
+    if agreement["agreement"] is None:
+        return f"GenAcc: the judge ({judge_model}) could not be checked (no answer where the span check decides)."
+    verdict = ("GenAcc can be read" if agreement["trusted"] else
+               f"below {AGREEMENT_FLOOR:.0%}: this judge cannot judge; read EM, F1 and cover-EM, not GenAcc")
+    parts = []
+    if agreement["judge_yes_on_span_positive"] is not None:
+        parts.append(f"yes on {agreement['judge_yes_on_span_positive']:.0%} of {agreement['span_positive']} answers "
+                     "holding a gold span")
+    if agreement["judge_no_on_no_overlap"] is not None:
+        parts.append(f"no on {agreement['judge_no_on_no_overlap']:.0%} of {agreement['no_overlap']} answers "
+                     "sharing no token with a gold answer")
+    return (f"GenAcc judge ({judge_model}) agrees with the rules on {agreement['agreement']:.0%} of the answers "
+            f"they decide ({'; '.join(parts)}): {verdict}.")
 
 
 def _run_chunks(ray: Any, worker: Any, plan: _Plan, examples: list[dict], seed: int, progress: bool) -> list[dict]:
@@ -367,8 +418,9 @@ def evaluate(
             engine and limits), `frozen.*` (generator, judge, their engines), `index.dir`,
             `retrieval.*`, `ray.*`, `data.dir` (for a pack file name) and `seed`.
         qa_file: QA file path, or a data pack file name ("test.jsonl.gz").
-        out_dir: created if missing; gets `results.json` (the rows), `results.md` (the table) and
-            `predictions.jsonl` (one line per method × question).
+        out_dir: created if missing; gets `results.json` (the rows), `results.md` (the table and the
+            judge's agreement line), `judge_agreement.json` (`judge_agreement`) and
+            `predictions.jsonl` (one line per method × question, with the judge's verdict).
         checkpoint: the learner's checkpoint directory (with `policy/hf/`) or an HF model
             directory; None = the untrained `learner.model` is the policy.
         limit: questions (count) from the start of the file; None = all.
@@ -451,14 +503,19 @@ def evaluate(
                     r["answer"] = a
 
         rows_in: list[QARecord] = []
+        judged: list[tuple[dict, bool | None]] = []
         with open(out / "predictions.jsonl", "w") as f:
             for p in plans:
                 recs = results[p.method]
-                for r, flag in zip(recs, _judge_flags(ray, judge, recs)):
+                flags, verdicts = _judge_flags(ray, judge, recs)
+                for r, flag, verdict in zip(recs, flags, verdicts):
                     rows_in.append(QARecord(p.method, r["dataset"], r["answer"], tuple(r["golden_answers"]),
                                             int(r["searches"]), flag))
-                    f.write(json.dumps({"method": p.method, "recipe": p.recipe, **r, "gen_acc": flag}) + "\n")
+                    judged.append((r, verdict))
+                    f.write(json.dumps({"method": p.method, "recipe": p.recipe, **r, "gen_acc": flag,
+                                        "judge": verdict}) + "\n")
         rows = compute_rows(rows_in)
+        agreement = judge_agreement([r for r, _ in judged], [v for _, v in judged])
     finally:
         actors.stop()
         if started_ray:
@@ -468,8 +525,11 @@ def evaluate(
     title = (f"Evaluation on {Path(qa_file).name} ({len(examples)} questions): recipe {cfg.train.recipe}, "
              f"policy {policy.spec.model if policy else '-'}, generator {cfg.frozen.model}, "
              f"judge {cfg.frozen.judge_model or cfg.frozen.model}")
+    note = agreement_note(agreement, cfg.frozen.judge_model or cfg.frozen.model)
     (out / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
-    (out / "results.md").write_text(format_markdown(rows, title))
+    (out / "judge_agreement.json").write_text(json.dumps(agreement, indent=2) + "\n")
+    (out / "results.md").write_text(format_markdown(rows, title) + f"\n{note}\n")
+    log(note)
     log(f"done in {time.perf_counter() - t_start:.0f} s; results in {out}")
     return rows
 

@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     from pipelines.build_index import build_index
     from pipelines.checkpoints import last_checkpoint
     from pipelines.data import pack_file
-    from pipelines.evaluate import evaluate, format_markdown
+    from pipelines.evaluate import evaluate
     from pipelines.tracking import REWARD_CURVE, read_metrics
     from pipelines.train_metrics import format_trend, learning_trend
     from pipelines.train import TrainConfigError, train, validate
@@ -80,8 +80,8 @@ def main(argv: list[str] | None = None) -> int:
             train_s = time.perf_counter() - t1
             checkpoint = last_checkpoint(run_dir)
             t2 = time.perf_counter()
-            rows = evaluate(cfg, cfg.data.test, run_dir / "eval", checkpoint=checkpoint, limit=args.eval_limit,
-                            sample=True, methods=EVAL_METHODS)
+            evaluate(cfg, cfg.data.test, run_dir / "eval", checkpoint=checkpoint, limit=args.eval_limit,
+                     sample=True, methods=EVAL_METHODS)
             eval_s = time.perf_counter() - t2
     finally:
         if started:
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     if trend:
         print(f"Training ({cfg.train.recipe}): first third of the steps against the last third\n{trend}\n")
-    print(format_markdown(rows))
+    print((run_dir / "eval" / "results.md").read_text())  # the table and the judge's agreement line
     print(f"\nrun directory: {run_dir}")
     print(f"reward curves: {run_dir / REWARD_CURVE}")
     print(f"metrics: {run_dir / 'metrics.jsonl'}")

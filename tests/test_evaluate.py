@@ -190,3 +190,21 @@ def test_evaluate_end_to_end_through_the_actors(ray_local, small_index, data_dir
     table = format_markdown(rows)
     assert md.endswith("\n\n" + table) and "| **policy** | **all** | **3** |" in table
     assert table in capsys.readouterr().out  # the CLI prints the table
+
+
+def test_judge_agreement_where_the_rules_decide():
+    from pipelines.evaluate import agreement_note, judge_agreement
+
+    recs = [{"answer": "It was Paris.", "golden_answers": ["Paris"]},      # span: the judge should say yes
+            {"answer": "Paris", "golden_answers": ["Paris", "City of Light"]},
+            {"answer": "London", "golden_answers": ["Paris"]},              # no shared token: should say no
+            {"answer": "Paris Hilton", "golden_answers": ["Paris, France"]},  # shares a token, no span: undecided
+            {"answer": "", "golden_answers": ["Paris"]}]                    # never asked
+    a = judge_agreement(recs, [True, False, True, True, None])
+    assert (a["span_positive"], a["no_overlap"]) == (2, 1)
+    assert a["judge_yes_on_span_positive"] == 0.5 and a["judge_no_on_no_overlap"] == 0.0
+    assert a["agreement"] == pytest.approx(1 / 3) and not a["trusted"]
+    assert "cannot judge" in agreement_note(a, "gemma3-270m")
+    good = judge_agreement(recs, [True, True, False, False, None])
+    assert good["agreement"] == 1.0 and good["trusted"] and "can be read" in agreement_note(good, "qwen")
+    assert judge_agreement(recs[3:], [True, None])["agreement"] is None
