@@ -188,7 +188,10 @@ def test_evaluate_end_to_end_through_the_actors(ray_local, small_index, data_dir
     md = (out / "results.md").read_text()
     assert md.startswith("# Evaluation on dev.jsonl.gz (3 questions): recipe s3")
     table = format_markdown(rows)
-    assert md.endswith("\n\n" + table) and "| **policy** | **all** | **3** |" in table
+    assert "\n\n" + table + "\nGenAcc judge (" in md and "| **policy** | **all** | **3** |" in table
+    agreement = json.loads((out / "judge_agreement.json").read_text())
+    assert agreement["span_positive"] + agreement["no_overlap"] <= sum(p["judge"] is not None for p in preds)
+    assert all(p["judge"] is None for p in preds if not (p["answer"] or "").strip())
     assert table in capsys.readouterr().out  # the CLI prints the table
 
 
