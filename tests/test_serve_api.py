@@ -268,3 +268,30 @@ def test_openai_client_plain_and_stream(gemma_tokenizer):
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == plain.usage.completion_tokens
     assert sum("search_turn" in (c.model_extra or {}) for c in chunks) == 2
     assert error.status_code == 422 and "topk" in str(error)
+
+
+S3_TURNS = {Q: [" <important_info>[1]</important_info><search_complete>False</search_complete>",
+                '\n<query>{"query": "Zorblax Rising novel author"}</query>',
+                "<important_info>[2]</important_info><search_complete>True</search_complete>"]}
+
+
+def test_s3_answer_comes_from_the_generator_reading_the_selected_documents(gemma_tokenizer):
+    asked = []
+
+    async def generator(question, context, template):
+        asked.append((question, context, template))
+        return "Mira Tolven"
+
+    app, _ = app_for(gemma_tokenizer, S3_TURNS, recipe="s3", answer_fn=generator)
+    r = call(app, "POST", "/v1/search", json={"question": Q})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["answer"] == "Mira Tolven" and body["finish_reason"] == "complete"
+    assert body["turns"][0]["action"] == "InitialSearch" and body["turns"][0]["query"] == Q
+    assert [d["id"] for d in body["turns"][0]["docs"]] == [f"{Q}-{i}" for i in (1, 2, 3)]
+    assert body["usage"]["searches"] == 2  # the initial top-k counts as one, as in evaluation
+    (question, context, template), = asked
+    assert question == Q and "Passage 1 about " + Q in context and "Passage 2 about Zorblax Rising novel author" in context
+    assert "Passage 3" not in context and "{context}" in template
+    with pytest.raises(ValueError, match="answer_fn"):
+        make_service(gemma_tokenizer, turn_policy(S3_TURNS), recipe="s3")

@@ -33,7 +33,7 @@ def server(small_index, tmp_path_factory):
            "--config", "configs/search_r1_learn_cpu.yaml", f"index.dir={small_index}", f"serve.port={port}",
            "ray.num_cpus=4", "rollout.max_new_tokens_per_turn=48", "train.recipe_options.max_turns=1",
            "serve.max_ongoing_requests=4", "serve.max_queued_requests=32", "retrieval.query_encoders=1"]
-    env = {**os.environ, "SEARCHRL_API_TOKEN": TOKEN, "RAY_ADDRESS": ""}
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"SEARCHRL_API_TOKEN": TOKEN}  # own cluster
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 420
