@@ -183,8 +183,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{r['ranks']} rank(s): peak GiB per rank [{peak}], sync {r['sync'].get('sync_s', float('nan')):.1f} s")
 
     def fmt(x):
-        """`x` with 2 decimals (3 below 1); "nan" for None."""
-        return "nan" if x is None else (f"{x:.3f}" if abs(x) < 1 else f"{x:.2f}")
+        """`x` with 4 significant digits; "nan" for None."""
+        return "nan" if x is None else f"{x:.4g}"
 
     def get(ranks: int, key: str, mode: str = "one_pass"):
         return by_ranks.get(ranks, {}).get(key, {}).get(mode)

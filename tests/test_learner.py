@@ -6,6 +6,7 @@ checkpoint resumes to identical next-step losses."""
 from __future__ import annotations
 
 import glob
+import json
 import os
 
 import pytest
@@ -302,3 +303,20 @@ def test_update_flops_counts_decoder_on_all_tokens_and_head_on_policy_tokens(tin
     assert update_flops(n, 64, 1000, 10, 4, backward=False) == 2 * (n * 10 + 64 * 1000 * 4)
     with pytest.raises(ValueError):
         update_flops(-1, 64, 1000, 10, 4)
+
+
+def test_bench_learner_prints_mfu_before_and_after(ray_local, tiny_gemma_dir, tmp_path, capsys):
+    """`scripts.bench_learner` times both ways of a step in one run and prints their MFU ratio."""
+    from scripts import bench_learner
+
+    out = tmp_path / "bench.json"
+    bench_learner.main(["--seqs", "4", "--response-tokens", "32", "--ranks", "1", "--steps", "1", "--no-sync",
+                        "--out", str(out), f"learner.model={tiny_gemma_dir}", "learner.mini_batch_size=4",
+                        "learner.cpus_per_rank=0.5"])
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    fields = dict(kv.split("=") for kv in line.split(": ", 1)[1].split())
+    assert float(fields["mfu_1rank"]) > 0 and float(fields["mfu_before_1rank"]) > 0
+    assert float(fields["ratio_1rank"]) == pytest.approx(float(fields["mfu_1rank"]) / float(fields["mfu_before_1rank"]),
+                                                          rel=0.05)
+    result = json.loads(out.read_text())["results"][0]
+    assert set(result["step_s"]) == {"recompute", "one_pass"} and result["policy_tokens"] > 0
