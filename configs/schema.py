@@ -226,10 +226,19 @@ class LearnerConfig(StrictModel):
     adam_beta1: float = Field(0.9, ge=0, lt=1, description="AdamW beta1.")
     adam_beta2: float = Field(0.999, ge=0, lt=1, description="AdamW beta2.")
     adam_eps: float = Field(1e-8, gt=0, description="AdamW epsilon.")
-    warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warm-up (optimizer steps).")
+    warmup_ratio: float = Field(
+        0.0, ge=0, le=1, description="Policy learning-rate warm-up: linear over this fraction of the run's training "
+        "steps (rollout batches, all stages), then constant (R-Search §4.3: 0.95; s3 App. A.2: 0 for the actor).",
+    )
+    critic_warmup_ratio: float = Field(
+        0.0, ge=0, le=1, description="The critic's warm-up, as warmup_ratio (s3 App. A.2: 0.01).",
+    )
     grad_clip: float = Field(1.0, gt=0, description="Global gradient-norm clip.")
     mini_batch_size: int = Field(8, gt=0, description="Sequences per optimizer step, all ranks together.")
     micro_batch_size: int = Field(2, gt=0, description="Sequences per forward/backward pass on one rank.")
+    critic_micro_batch_size: int | None = Field(
+        None, gt=0, description="The critic's micro-batch (s3 App. A.2: 10, the actor's 15); None = micro_batch_size.",
+    )
     ppo_epochs: int = Field(1, gt=0, description="Passes over each rollout batch.")
     shuffle: bool = Field(True, description="Shuffle sequences into mini-batches (seeded, same on every rank).")
     logprob_chunk_tokens: int = Field(
@@ -246,6 +255,16 @@ class LearnerConfig(StrictModel):
     sync_dtype: Literal["bf16", "fp32", "model"] = Field(
         "bf16", description="dtype of the weights sent to rollout engines ('model' = as trained)."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_optimizer_step_warmup(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "warmup_steps" in data:
+            raise ValueError(
+                "learner.warmup_steps is gone: it counted optimizer steps (R-Search's 185 ended near training step 93 "
+                "at 2 optimizer steps per step); set learner.warmup_ratio, a fraction of training steps as the papers "
+                "give it (R-Search §4.3: warmup_ratio: 0.95), and learner.critic_warmup_ratio for the critic")
+        return data
 
     @model_validator(mode="after")
     def _batch_sizes(self) -> LearnerConfig:

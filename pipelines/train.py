@@ -171,9 +171,10 @@ class Trainer:
         frozen = [start_frozen_llm(actors, cfg, role) for role in ("generator", "judge")[:n_frozen]]
         generator, judge = (frozen + frozen)[:2] if frozen else (None, None)  # one actor judges too
         name = f"searchrl-{self.run_dir.name}"
-        self.policy = LearnerGroup("policy", cfg.learner, name=name, temperature=temperature)
+        steps = total_steps(cfg)  # warm-up ratios are fractions of the run's training steps
+        self.policy = LearnerGroup("policy", cfg.learner, name=name, temperature=temperature, total_steps=steps)
         if cfg.algorithm.needs_critic:
-            self.critic = LearnerGroup("critic", cfg.learner, name=name)
+            self.critic = LearnerGroup("critic", cfg.learner, name=name, total_steps=steps)
         if cfg.algorithm.kl_coef > 0:
             self.reference = actors.start(ReferenceModel, cfg.learner, temperature=temperature, max_concurrency=None,
                                           num_cpus=cfg.learner.cpus_per_rank, num_gpus=cfg.learner.gpus_per_rank)

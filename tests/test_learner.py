@@ -263,10 +263,10 @@ def test_checkpoint_resume_gives_identical_next_step(ray_local, tiny_gemma_dir, 
 
     from actors.learner.group import LearnerGroup
 
-    cfg = learner_config(tiny_gemma_dir, zero_stage=1, warmup_steps=3)
+    cfg = learner_config(tiny_gemma_dir, zero_stage=1, warmup_ratio=0.75)  # 3 of 4 training steps
     b1 = make_train_batch(synthetic_trajectories(4, seed=2), pad_token_id=0)
     b2 = make_train_batch(synthetic_trajectories(4, seed=3), pad_token_id=0)
-    group = LearnerGroup("policy", cfg)
+    group = LearnerGroup("policy", cfg, total_steps=4)
     try:
         step1, _ = with_grpo(group, b1, [1.0, 0.0, 0.0, 1.0])
         group.update(step1, AlgorithmConfig(kl_coef=0.0))
@@ -278,7 +278,7 @@ def test_checkpoint_resume_gives_identical_next_step(ray_local, tiny_gemma_dir, 
         group.shutdown()
     saved = AutoModelForCausalLM.from_pretrained(f"{folder}/hf", dtype=torch.float32)
     assert saved.config.model_type == "gemma3_text"
-    resumed = LearnerGroup("policy", cfg)
+    resumed = LearnerGroup("policy", cfg, total_steps=4)
     try:
         resumed.load_checkpoint(str(tmp_path / "step-1"))
         got = resumed.update(step2, AlgorithmConfig(kl_coef=0.0))  # same old log-probs and advantages

@@ -26,6 +26,16 @@ class CriticLearner(DeepSpeedRank):
 
     role = "critic"
 
+    @property
+    def micro_batch_size(self) -> int:
+        """`critic_micro_batch_size`, else the policy's (s3 App. A.2: critic 10, actor 15)."""
+        return self.config.critic_micro_batch_size or self.config.micro_batch_size
+
+    @property
+    def warmup_ratio(self) -> float:
+        """`critic_warmup_ratio` (s3 App. A.2: 1% for the critic, none for the actor)."""
+        return self.config.critic_warmup_ratio
+
     def setup(self) -> int:
         """Load the decoder, add the value head (or load a saved critic), start DeepSpeed."""
         from transformers import AutoModel
@@ -74,6 +84,7 @@ class CriticLearner(DeepSpeedRank):
         if batch.returns is None or batch.old_values is None:
             raise ValueError("CriticLearner.update: batch.returns and batch.old_values are needed (GAE)")
         t0 = time.perf_counter()
+        self._apply_lr_schedule()
         self.engine.train()
         rows_metrics, step_metrics = [], []
         for epoch in range(self.config.ppo_epochs):

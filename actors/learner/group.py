@@ -34,6 +34,8 @@ class LearnerGroup:
         name: optional prefix of the placement group's name.
         timeout_s: seconds to wait for placement and model loading.
         temperature: the rollout sampling temperature (policy only; see `PolicyLearner`).
+        total_steps: the run's training steps (all stages); needed with a warm-up ratio, which is a
+            fraction of them (`learner.warmup_ratio` / `critic_warmup_ratio`).
 
     Raises:
         ValueError: unknown role or a bad config (before any actor starts).
@@ -41,7 +43,7 @@ class LearnerGroup:
     """
 
     def __init__(self, role: str, config: LearnerConfig | Mapping[str, Any], name: str = "searchrl",
-                 timeout_s: float = 900.0, temperature: float = 1.0):
+                 timeout_s: float = 900.0, temperature: float = 1.0, total_steps: int | None = None):
         import ray
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -55,7 +57,7 @@ class LearnerGroup:
         bundle = {"CPU": c.cpus_per_rank, **({"GPU": c.gpus_per_rank} if c.gpus_per_rank else {})}
         self.placement_group = placement_group([bundle] * world, strategy="PACK", name=f"{name}-{role}")
         ray.get(self.placement_group.ready(), timeout=timeout_s)
-        extra = {"temperature": temperature} if role == "policy" else {}
+        extra = {"total_steps": total_steps, **({"temperature": temperature} if role == "policy" else {})}
         self._ranks = ActorSet()
         self.actors = [
             self._ranks.start(classes[role], self.config, rank=i, world_size=world, num_cpus=c.cpus_per_rank,

@@ -30,6 +30,7 @@ class PolicyLearner(DeepSpeedRank):
     Args:
         config: `LearnerConfig` (model, ZeRO stage, dtype, optimizer, batch sizes, ...).
         rank, world_size: this rank and the group size; call `init_distributed` then `setup`.
+        total_steps: the run's training steps (the warm-up ratio is a fraction of them).
         temperature: the rollout sampling temperature (`rollout.temperature`): logits are divided
             by it, so the recomputed log-probs are those of the sampling distribution.
     """
@@ -37,8 +38,8 @@ class PolicyLearner(DeepSpeedRank):
     role = "policy"
 
     def __init__(self, config: LearnerConfig | Mapping[str, Any], rank: int = 0, world_size: int = 1,
-                 temperature: float = 1.0):
-        super().__init__(config, rank, world_size)
+                 temperature: float = 1.0, total_steps: int | None = None):
+        super().__init__(config, rank, world_size, total_steps)
         self.temperature = temperature
 
     def setup(self) -> int:
@@ -114,6 +115,7 @@ class PolicyLearner(DeepSpeedRank):
             raise ValueError("PolicyLearner.update: the KL loss term needs batch.ref_logprobs "
                              "(or set kl_coef=0 / kl_in_reward=true)")
         t0 = time.perf_counter()
+        self._apply_lr_schedule()
         self.engine.train()
         rows_metrics: list[dict[str, float]] = []
         step_metrics: list[dict[str, float]] = []

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from actors.learner.batch import TrainBatch
+from algorithms.schedule import warmup_factor, warmup_steps
 from configs.schema import LearnerConfig
 
 SHM_PREFIX = "/dev/shm/deepspeed_allreduce_buffer"
@@ -76,14 +77,25 @@ class DeepSpeedRank:
     Args:
         config: `LearnerConfig` (or its dict).
         rank, world_size: this rank and the group size.
+        total_steps: training steps of the run (all stages); the warm-up ratio is a fraction of them.
+            Needed only with a warm-up ratio > 0.
+
+    Raises:
+        ValueError: a bad rank, or a warm-up ratio without `total_steps`.
     """
 
     role = "learner"
 
-    def __init__(self, config: LearnerConfig | Mapping[str, Any], rank: int = 0, world_size: int = 1):
+    def __init__(self, config: LearnerConfig | Mapping[str, Any], rank: int = 0, world_size: int = 1,
+                 total_steps: int | None = None):
         self.config = config if isinstance(config, LearnerConfig) else LearnerConfig(**dict(config))
         if not 0 <= rank < world_size:
             raise ValueError(f"{self.role}: rank must be in [0, world_size), got rank={rank}, world_size={world_size}")
+        if self.warmup_ratio and total_steps is None:
+            raise ValueError(f"{self.role}: a warm-up ratio ({self.warmup_ratio}) is a fraction of the run's training "
+                             f"steps; pass total_steps")
+        self.warmup = warmup_steps(self.warmup_ratio, total_steps) if self.warmup_ratio else 0  # training steps
+        self.base_lr = 0.0  # set by _start_engine
         self.rank, self.world_size = rank, world_size
         if self.config.torch_threads:  # Ray sets OMP_NUM_THREADS to the reserved CPUs (1 for fractions)
             torch.set_num_threads(self.config.torch_threads)
@@ -118,15 +130,35 @@ class DeepSpeedRank:
         deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False,
                                    rank=self.rank, world_size=self.world_size)
 
+    # -- role settings (the critic overrides them) --------------------------------------------------------
+    @property
+    def micro_batch_size(self) -> int:
+        """Sequences per forward/backward pass on this rank."""
+        return self.config.micro_batch_size
+
+    @property
+    def warmup_ratio(self) -> float:
+        """Fraction of the run's training steps over which the learning rate rises linearly."""
+        return self.config.warmup_ratio
+
+    def _apply_lr_schedule(self) -> float:
+        """Set the learning rate of this update (training step `self.updates`, 0-based) on every
+        parameter group: `base_lr * warmup_factor(step, warmup)`; every optimizer step of one training
+        step uses it (the papers' unit, `algorithms.schedule`). Returns the learning rate."""
+        lr = self.base_lr * warmup_factor(self.updates, self.warmup)
+        for group in self.engine.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
     def _ds_config(self, lr: float) -> dict[str, Any]:
         c = self.config
         zero: dict[str, Any] = {"stage": c.zero_stage}
         if c.offload_optimizer:
             zero["offload_optimizer"] = {"device": "cpu", "pin_memory": self.device.type == "cuda"}
         cfg: dict[str, Any] = {
-            "train_micro_batch_size_per_gpu": c.micro_batch_size,
+            "train_micro_batch_size_per_gpu": self.micro_batch_size,
             "gradient_accumulation_steps": self.grad_accum_steps,
-            "train_batch_size": c.micro_batch_size * self.grad_accum_steps * self.world_size,
+            "train_batch_size": self.micro_batch_size * self.grad_accum_steps * self.world_size,
             "gradient_clipping": c.grad_clip,
             "zero_optimization": zero,
             "bf16": {"enabled": c.dtype == "bf16"},
@@ -134,17 +166,13 @@ class DeepSpeedRank:
             "steps_per_print": 10**9,
             "wall_clock_breakdown": False,
         }
-        if c.warmup_steps:  # linear warm-up to `lr`, then constant (the papers' schedule)
-            cfg["scheduler"] = {"type": "WarmupLR", "params": {"warmup_min_lr": 0.0, "warmup_max_lr": lr,
-                                                                "warmup_num_steps": c.warmup_steps,
-                                                                "warmup_type": "linear"}}
-        return cfg
+        return cfg  # no DeepSpeed scheduler: it would count optimizer steps; `_apply_lr_schedule` counts updates
 
     @property
     def grad_accum_steps(self) -> int:
         """Micro-batches per optimizer step on each rank."""
         per_rank = self.config.mini_batch_size // self.world_size
-        return max(1, -(-per_rank // self.config.micro_batch_size))
+        return max(1, -(-per_rank // self.micro_batch_size))
 
     def _start_engine(self, module: torch.nn.Module, lr: float) -> None:
         import deepspeed
@@ -163,6 +191,8 @@ class DeepSpeedRank:
             optimizer = torch.optim.AdamW(params, lr=lr, betas=betas, eps=self.config.adam_eps,
                                           weight_decay=self.config.weight_decay)
         self.engine, *_ = deepspeed.initialize(model=module, optimizer=optimizer, config=self._ds_config(lr))
+        self.base_lr = lr
+        self._apply_lr_schedule()
 
     def _optimizer_step(self) -> None:
         """`engine.step()`. Under fp32 ZeRO-0 DeepSpeed clips without keeping the gradient norm, so it is
@@ -183,7 +213,7 @@ class DeepSpeedRank:
         return rows[self.rank :: self.world_size]
 
     def _micro_batches(self, rows: torch.Tensor, count: int | None = None) -> list[torch.Tensor]:
-        count = count or max(1, -(-len(rows) // self.config.micro_batch_size))
+        count = count or max(1, -(-len(rows) // self.micro_batch_size))
         return [r for r in torch.tensor_split(rows, count) if len(r)] if len(rows) else []
 
     def _plan(self, batch: TrainBatch, epoch: int) -> list[torch.Tensor]:
