@@ -14,3 +14,18 @@ def test_r_search_verifier_is_llama_3_2_3b_instruct():
     assert recipe.frozen_roles() == ("verifier",)
     assert engine_spec(cfg, "verifier").model == "meta-llama/Llama-3.2-3B-Instruct"
     assert cfg.learner.model == "Qwen/Qwen2.5-7B-Instruct"
+
+
+def test_eval_rar_ships_the_papers_two_3b_models_and_nothing_else_differs():
+    # Eval-RAR §5.1 / Limitations: "all experiments were conducted with 3B models", Base and Instruct.
+    base = load_config("configs/eval_rar_gpu.yaml")
+    instruct = load_config("configs/eval_rar_instruct_gpu.yaml")
+    assert base.learner.model == "Qwen/Qwen2.5-3B" and instruct.learner.model == "Qwen/Qwen2.5-3B-Instruct"
+    a, b = base.model_dump(), instruct.model_dump()
+    for cfg in (a, b):
+        cfg.pop("name"), cfg["learner"].pop("model")
+    assert a == b
+    # App. A.2: batch 512, micro-batch 16, lr 1e-6, G = 5, beta 0.001, eps 0.2; §5.1: 200 steps, top-3.
+    assert (base.train.questions_per_step, base.learner.micro_batch_size, base.learner.lr) == (512, 16, 1e-6)
+    assert (base.rollout.samples_per_prompt, base.algorithm.kl_coef, base.algorithm.clip_eps) == (5, 0.001, 0.2)
+    assert (base.train.total_steps, base.retrieval.topk, base.rollout.gpu_memory_utilization) == (200, 3, 0.6)
