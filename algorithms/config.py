@@ -71,7 +71,8 @@ class AlgorithmConfig(StrictModel):
     loss_agg: LossAgg = Field(
         "token_mean",
         description="How token losses become a scalar: 'token_mean' (all policy tokens of the batch), "
-        "'seq_mean_token_mean' (GRPO paper, 1/G sum 1/|o_i| sum_t), 'seq_mean_token_sum' (Dr.GRPO).",
+        "'seq_mean_token_mean' (GRPO paper, 1/G sum 1/|o_i| sum_t), 'seq_mean_token_sum' (Dr.GRPO; the default "
+        "when advantage_estimator is 'dr_grpo').",
     )
     norm_len: int | None = Field(
         None,
@@ -87,6 +88,15 @@ class AlgorithmConfig(StrictModel):
     )
 
     # ------------------------------------------------------------------ field checks
+
+    @model_validator(mode="before")
+    @classmethod
+    def _dr_grpo_token_sum(cls, data: Any) -> Any:
+        """Dr.GRPO (Liu et al. 2025, §3.2) drops the 1/|o_i| length normalisation with the std: its loss is
+        'seq_mean_token_sum' unless `loss_agg` is given."""
+        if isinstance(data, dict) and data.get("advantage_estimator") == "dr_grpo" and "loss_agg" not in data:
+            data = {**data, "loss_agg": "seq_mean_token_sum"}
+        return data
 
     @field_validator("clip_eps")
     @classmethod

@@ -29,3 +29,28 @@ def test_eval_rar_ships_the_papers_two_3b_models_and_nothing_else_differs():
     assert (base.train.questions_per_step, base.learner.micro_batch_size, base.learner.lr) == (512, 16, 1e-6)
     assert (base.rollout.samples_per_prompt, base.algorithm.kl_coef, base.algorithm.clip_eps) == (5, 0.001, 0.2)
     assert (base.train.total_steps, base.retrieval.topk, base.rollout.gpu_memory_utilization) == (200, 3, 0.6)
+
+
+def test_every_training_config_states_its_algorithm():
+    # No recipe default applies: a config that did not say would train with AlgorithmConfig()'s GRPO.
+    from pathlib import Path
+
+    from configs.loader import _read_with_base
+
+    for path in sorted(Path("configs").glob("*.yaml")):
+        raw = _read_with_base(path, str(path))
+        if "recipe" in raw.get("train", {}):
+            assert "advantage_estimator" in raw.get("algorithm", {}), f"{path} does not state algorithm.advantage_estimator"
+
+
+def test_gpu_configs_train_with_the_papers_algorithms():
+    from tests.algorithm_presets import RECIPE_PRESETS
+
+    for recipe, name in [("s3", "s3"), ("search_r1", "search_r1"), ("r1_searcher", "r1_searcher"),
+                         ("r_search", "r_search"), ("eval_rar", "eval_rar"), ("eval_rar", "eval_rar_instruct")]:
+        algo = load_config(f"configs/{name}_gpu.yaml").algorithm
+        preset = dict(RECIPE_PRESETS[recipe])
+        if recipe == "r1_searcher":  # §3.3: "KL divergence set to 0 for Qwen-2.5-7B-Base and 1e-4 for Llama"
+            assert preset.pop("kl_coef") == 1e-4 and algo.kl_coef == 0.0
+        for key, value in preset.items():
+            assert getattr(algo, key) == value, (name, key)
