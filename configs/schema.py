@@ -308,6 +308,26 @@ class FrozenLLMConfig(StrictModel):
     cpu_kv_cache_gib: float | None = Field(None, gt=0, description="CPU only: vLLM KV cache (GiB).")
 
 
+class EvalConfig(StrictModel):
+    """How a trained searcher is evaluated (`pipelines/evaluate.py`, and what serving may read): the papers
+    evaluate with settings of their own (R-Search §4.3: top-5 for every method; A.3: temperature 0.1).
+    None keeps the training value."""
+
+    topk: int | None = Field(
+        None, gt=0, description="Passages per search, for every method (R-Search §4.3: 5); None = retrieval.topk.",
+    )
+    temperature: float = Field(
+        0.0, ge=0, description="Decoding temperature of every method; 0 = greedy (R-Search A.3: 0.1).",
+    )
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling when temperature > 0.")
+    max_turns: int | None = Field(
+        None, ge=0, description="Searches per episode of the searcher; None = its training max_turns.",
+    )
+    judge_model: str | None = Field(
+        None, description="GenAcc judge at evaluation; None = frozen.judge_model, else frozen.model.",
+    )
+
+
 class StageConfig(StrictModel):
     """One stage of a staged schedule (R1-Searcher: stage 1 retrieval+format rewards, stage 2 F1)."""
 
@@ -420,10 +440,37 @@ class Config(StrictModel):
     learner: LearnerConfig = Field(default_factory=LearnerConfig, description="DeepSpeed learners.")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Rollout workers.")
     frozen: FrozenLLMConfig = Field(default_factory=FrozenLLMConfig, description="Frozen generator / judge.")
+    eval: EvalConfig = Field(default_factory=EvalConfig, description="Evaluation settings.")
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig, description="RL algorithm.")
     train: TrainConfig = Field(default_factory=TrainConfig, description="Training loop.")
+
+    @model_validator(mode="after")
+    def _eval_fits(self) -> Config:
+        if self.eval.topk is not None and self.eval.topk > self.retrieval.max_topk:
+            raise ValueError(f"eval.topk ({self.eval.topk}) must be <= retrieval.max_topk ({self.retrieval.max_topk}); "
+                             f"lower eval.topk or raise retrieval.max_topk")
+        return self
 
     def recipe_config(self, stage_options: dict[str, Any] | None = None) -> dict[str, Any]:
         """The recipe's config fields: `train.recipe_options`, then `stage_options`, with `topk` from
         `retrieval.topk` (the one top-k setting)."""
         return {**self.train.recipe_options, **(stage_options or {}), "topk": self.retrieval.topk}
+
+    @property
+    def eval_topk(self) -> int:
+        """Passages per search at evaluation: `eval.topk`, else `retrieval.topk`."""
+        return self.eval.topk or self.retrieval.topk
+
+    def eval_recipe_config(self) -> dict[str, Any]:
+        """The searcher's recipe fields at evaluation: `recipe_config()` (the last stage's options for a staged
+        run: the model evaluated is the one the last stage trained) with `eval.topk` and `eval.max_turns`."""
+        stage = self.train.stages[-1].recipe_options if self.train.stages else None
+        out = {**self.recipe_config(stage), "topk": self.eval_topk}
+        if self.eval.max_turns is not None:
+            out["max_turns"] = self.eval.max_turns
+        return out
+
+    @property
+    def eval_judge_model(self) -> str:
+        """The GenAcc judge at evaluation: `eval.judge_model`, else `frozen.judge_model`, else `frozen.model`."""
+        return self.eval.judge_model or self.frozen.judge_model or self.frozen.model

@@ -4,7 +4,7 @@ Methods (`methods=`, in this order in the tables):
 
 - `direct`: the frozen generator (`frozen.model`) answers the question alone (`direct` recipe);
 - `naive_rag`: the frozen generator answers from the top-k documents of the question itself
-  (`naive_rag` recipe, k = the policy recipe's `topk`, s3 §4.1: 3);
+  (`naive_rag` recipe, k = `eval.topk`, else `retrieval.topk`; s3 §4.1: 3, R-Search §4.3: 5);
 - `policy`: the trained searcher, recipe `train.recipe` (options `train.recipe_options`), weights
   from `checkpoint` (the untrained `learner.model` without one);
 - `untrained`: the same recipe on `learner.model` (the "before training" row).
@@ -13,9 +13,11 @@ In s3's protocol the generator answers in every baseline, so `direct` and `naive
 RolloutWorker whose engine is the generator model. A recipe whose episodes end in an answer
 (search_r1, r1_searcher, r_search, eval_rar) is scored on that answer; for s3 the frozen generator
 answers from the context the searcher selected (s3 §4: the final context of `recipes.s3.S3.
-context_docs`, Appendix A.5, in the Fig. 12 answer prompt). Decoding is greedy, one episode per
-question. GenAcc = span_check ∨ judge_check, the judge (`frozen.judge_model or frozen.model`) asked
-only when the span check fails (s3 §4.1, Appendix A.4).
+context_docs`, Appendix A.5, in the Fig. 12 answer prompt). One episode per question, decoded with
+`eval.temperature` (0 = greedy; R-Search A.3: 0.1) and seeded; every search returns `eval.topk`
+passages and the searcher gets `eval.max_turns` (each None = the training value). GenAcc =
+span_check ∨ judge_check, the judge (`eval.judge_model`, else `frozen.judge_model`, else
+`frozen.model`) asked only when the span check fails (s3 §4.1, Appendix A.4).
 
 Order of work (`evaluate`): check the arguments, the checkpoint, the QA file and the index (errors
 before any actor starts) → start or join Ray → RetrievalPool → frozen generator / judge → for each
@@ -281,7 +283,9 @@ def plan_methods(cfg: Any, methods: Sequence[str], checkpoint: str | None) -> li
     _check_model_field("frozen.model", cfg.frozen.model)
     if cfg.frozen.judge_model:
         _check_model_field("frozen.judge_model", cfg.frozen.judge_model)
-    recipe_options = cfg.recipe_config()
+    if cfg.eval.judge_model:
+        _check_model_field("eval.judge_model", cfg.eval.judge_model)
+    recipe_options = cfg.eval_recipe_config()  # eval.topk / eval.max_turns over the training options
     fr, ro = cfg.frozen, cfg.rollout
     gen_spec = engine_spec(cfg, "generator")
     gen_res = {"num_cpus": fr.num_cpus, "num_gpus": fr.num_gpus}
@@ -296,7 +300,7 @@ def plan_methods(cfg: Any, methods: Sequence[str], checkpoint: str | None) -> li
     for m in methods:
         if m in RECIPES and not RECIPES[m].trainable:  # a baseline recipe: the frozen generator answers
             # Chat as the frozen generator decides it (None = when its tokenizer has a template).
-            plans.append(_Plan(m, m, {"topk": cfg.retrieval.topk}, gen_spec, gen_res, gen_limits, None))
+            plans.append(_Plan(m, m, {"topk": cfg.eval_topk}, gen_spec, gen_res, gen_limits, None))
         else:
             model = policy_model if m == "policy" else cfg.learner.model
             plans.append(_Plan(m, cfg.train.recipe, recipe_options, engine_spec(cfg, "policy", model), pol_res,
@@ -376,14 +380,24 @@ def agreement_note(agreement: Mapping[str, Any], judge_model: str) -> str:
             f"they decide ({'; '.join(parts)}): {verdict}.")
 
 
-def _run_chunks(ray: Any, worker: Any, plan: _Plan, examples: list[dict], seed: int, progress: bool) -> list[dict]:
-    """Greedy final records of `examples` under `plan` on `worker`, in order, with a progress bar
+def eval_sampling(cfg: Any) -> dict[str, Any]:
+    """Sampling of every evaluated method (`actors.engines.base.Sampling` fields): `eval.temperature`
+    (0 = greedy), `eval.top_p`, seeded with `cfg.seed`."""
+    return {"temperature": cfg.eval.temperature, "top_p": cfg.eval.top_p, "seed": cfg.seed}
+
+
+def eval_judge_config(cfg: Any) -> Any:
+    """`cfg` whose judge is the evaluation's (`Config.eval_judge_model`), for `start_frozen_llm(.., "judge")`."""
+    return cfg.model_copy(update={"frozen": cfg.frozen.model_copy(update={"judge_model": cfg.eval_judge_model})})
+
+
+def _run_chunks(ray: Any, worker: Any, plan: _Plan, examples: list[dict], sampling: dict, progress: bool) -> list[dict]:
+    """Final records of `examples` under `plan` on `worker`, in order, with a progress bar
     (questions, ETA) that moves as each chunk of `_CHUNK` questions comes back."""
     from tqdm import tqdm
 
     chunks = {worker.run_final.remote(examples[i : i + _CHUNK], plan.recipe, recipe_config=plan.recipe_config,
-                                      sampling={"temperature": 0.0, "seed": seed}, limits=plan.limits,
-                                      chat=plan.chat): i
+                                      sampling=sampling, limits=plan.limits, chat=plan.chat): i
               for i in range(0, len(examples), _CHUNK)}
     done: dict[int, list[dict]] = {}
     with tqdm(total=len(examples), unit="q", desc=f"evaluate {plan.method}", disable=not progress,
@@ -415,10 +429,12 @@ def evaluate(
 
     Args:
         cfg: `configs.Config`; uses `train.recipe(_options)`, `learner.model`, `rollout.*` (policy
-            engine and limits), `frozen.*` (generator, judge, their engines), `index.dir`,
+            engine and limits), `frozen.*` (generator, judge, their engines), `eval.*` (top-k,
+            temperature, max_turns, judge model), `index.dir`,
             `retrieval.*`, `ray.*`, `data.dir` (for a pack file name) and `seed`.
         qa_file: QA file path, or a data pack file name ("test.jsonl.gz").
-        out_dir: created if missing; gets `results.json` (the rows), `results.md` (the table and the
+        out_dir: created if missing; gets `config.yaml` (the resolved config), `results.json` (the rows),
+            `results.md` (the table and the
             judge's agreement line), `judge_agreement.json` (`judge_agreement`) and
             `predictions.jsonl` (one line per method × question, with the judge's verdict).
         checkpoint: the learner's checkpoint directory (with `policy/hf/`) or an HF model
@@ -429,7 +445,7 @@ def evaluate(
         methods: names from `METHODS`, as "a,b" or a list.
         pool, generator, judge: running RetrievalPool / FrozenLLMWorker actor handles to reuse
             (e.g. from the training pipeline; never shut down here). None = start one (the judge
-            defaults to the generator when `frozen.judge_model` is None).
+            defaults to the generator when the evaluation's judge model is the generator's).
         log: progress lines.
         progress: a progress bar (questions, ETA) per method.
     Returns:
@@ -463,10 +479,11 @@ def evaluate(
     actors = ActorSet()  # what this call started and must stop; handles passed in are never stopped
     try:
         # Frozen engines load while the pool starts and the first worker loads its engine.
-        if generator is None and (generator_answers or (judge is None and not cfg.frozen.judge_model)):
+        own_judge = cfg.eval_judge_model != cfg.frozen.model
+        if generator is None and (generator_answers or (judge is None and not own_judge)):
             generator = start_frozen_llm(actors, cfg, "generator")
         if judge is None:
-            judge = start_frozen_llm(actors, cfg, "judge") if cfg.frozen.judge_model else generator
+            judge = start_frozen_llm(actors, eval_judge_config(cfg), "judge") if own_judge else generator
         frozen = [h for h in {id(generator): generator, id(judge): judge}.values() if h is not None]
         if needs_pool and pool is None:
             pool = actors.adopt(start_retrieval_pool(cfg.index.dir, cfg.retrieval))
@@ -484,12 +501,12 @@ def evaluate(
             log(f"engine {spec.backend}:{spec.model} ready in {time.perf_counter() - t0:.0f} s")
             for p in group:
                 same = next((q for q in plans if q.method in results and _same_run(p, q)), None)
-                if same is not None:  # greedy decoding: the same run gives the same episodes
+                if same is not None:  # seeded decoding: the same run gives the same episodes
                     results[p.method] = copy.deepcopy(results[same.method])
                     log(f"{p.method}: same engine and recipe as {same.method}, its episodes reused")
                     continue
                 t0 = time.perf_counter()
-                results[p.method] = _run_chunks(ray, worker, p, examples, cfg.seed, progress)
+                results[p.method] = _run_chunks(ray, worker, p, examples, eval_sampling(cfg), progress)
                 log(f"{p.method}: episodes done in {time.perf_counter() - t0:.0f} s")
             actors.stop([worker])
 
@@ -524,8 +541,11 @@ def evaluate(
     policy = next((p for p in plans if p.method == "policy"), None)
     title = (f"Evaluation on {Path(qa_file).name} ({len(examples)} questions): recipe {cfg.train.recipe}, "
              f"policy {policy.spec.model if policy else '-'}, generator {cfg.frozen.model}, "
-             f"judge {cfg.frozen.judge_model or cfg.frozen.model}")
-    note = agreement_note(agreement, cfg.frozen.judge_model or cfg.frozen.model)
+             f"judge {cfg.eval_judge_model}, top-{cfg.eval_topk}, temperature {cfg.eval.temperature:g}")
+    note = agreement_note(agreement, cfg.eval_judge_model)
+    from configs.loader import save_config
+
+    save_config(cfg, out / "config.yaml")  # the resolved settings these numbers were measured with
     (out / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
     (out / "judge_agreement.json").write_text(json.dumps(agreement, indent=2) + "\n")
     (out / "results.md").write_text(format_markdown(rows, title) + f"\n{note}\n")
@@ -536,6 +556,7 @@ def evaluate(
 
 __all__ = [
     "ALL", "DEFAULT_METHODS", "EvaluationError", "METHODS", "QARecord",
-    "compute_rows", "evaluate", "format_markdown", "load_questions", "parse_methods", "plan_methods",
+    "compute_rows", "eval_judge_config", "eval_sampling", "evaluate", "format_markdown", "load_questions",
+    "parse_methods", "plan_methods",
     "resolve_checkpoint",
 ]

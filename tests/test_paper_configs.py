@@ -54,3 +54,33 @@ def test_gpu_configs_train_with_the_papers_algorithms():
             assert preset.pop("kl_coef") == 1e-4 and algo.kl_coef == 0.0
         for key, value in preset.items():
             assert getattr(algo, key) == value, (name, key)
+
+
+def test_r_search_evaluates_with_top5_and_temperature_0_1_for_every_method():
+    # R-Search §4.3: "During evaluation, we align the top-k retrieval setting to 5 across all methods";
+    # A.3: "During inference, we set the temperature to 0.1". Training keeps top-3.
+    from pipelines.evaluate import eval_judge_config, eval_sampling, plan_methods
+
+    cfg = load_config("configs/r_search_gpu.yaml")
+    assert cfg.recipe_config()["topk"] == 3
+    plans = plan_methods(cfg, ["direct", "naive_rag", "policy", "untrained"], None)
+    assert {p.method: p.recipe_config["topk"] for p in plans} == {"direct": 5, "naive_rag": 5, "policy": 5,
+                                                                   "untrained": 5}
+    assert eval_sampling(cfg) == {"temperature": 0.1, "top_p": 1.0, "seed": 0}
+    # s3 keeps its training top-3 and greedy decoding; the judge is the frozen generator's unless eval says.
+    s3 = load_config("configs/s3_gpu.yaml")
+    assert {p.recipe_config["topk"] for p in plan_methods(s3, ["naive_rag", "policy"], None)} == {3}
+    assert eval_sampling(s3)["temperature"] == 0.0
+    assert s3.eval_judge_model == "Qwen/Qwen2.5-14B-Instruct-GPTQ-Int4"
+    other = load_config("configs/s3_gpu.yaml", ["eval.judge_model=Qwen/Qwen2.5-7B-Instruct", "eval.max_turns=2"])
+    assert engine_spec(eval_judge_config(other), "judge").model == "Qwen/Qwen2.5-7B-Instruct"
+    assert plan_methods(other, ["policy"], None)[0].recipe_config["max_turns"] == 2
+
+
+def test_eval_section_errors_name_the_field():
+    import pytest
+
+    with pytest.raises(Exception, match="eval.topk"):
+        load_config("configs/r_search_gpu.yaml", ["eval.topk=500"])
+    with pytest.raises(Exception, match="eval.temperature"):
+        load_config("configs/r_search_gpu.yaml", ["eval.temperature=-0.1"])
