@@ -328,6 +328,18 @@ class EvalConfig(StrictModel):
     )
 
 
+class PrepareConfig(StrictModel):
+    """Data-preparation jobs (`scripts.prepare_data`) that run a model of their own."""
+
+    r1_selection_model: str | None = Field(
+        None, description="Policy whose rollouts bucket questions by difficulty (R1-Searcher §2.1: "
+        "Qwen/Qwen2.5-7B-Instruct); None = learner.model.",
+    )
+    r1_selection_chat: bool | None = Field(
+        None, description="Chat template for it; None = rollout.chat (and that None = when the tokenizer has one).",
+    )
+
+
 class StageConfig(StrictModel):
     """One stage of a staged schedule (R1-Searcher: stage 1 retrieval+format rewards, stage 2 F1)."""
 
@@ -441,6 +453,7 @@ class Config(StrictModel):
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Rollout workers.")
     frozen: FrozenLLMConfig = Field(default_factory=FrozenLLMConfig, description="Frozen generator / judge.")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Evaluation settings.")
+    prepare: PrepareConfig = Field(default_factory=PrepareConfig, description="Data-preparation jobs.")
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig, description="RL algorithm.")
     train: TrainConfig = Field(default_factory=TrainConfig, description="Training loop.")
 

@@ -36,6 +36,19 @@ SYSTEM = (
     'retrieval information with the format of "<|begin_of_documents|> ...search results... <|end_of_documents|>".'
 )
 
+SELECTION_SYSTEM = (
+    "You are a helpful assistant. Given a question, you should answer it by first thinking about the reasoning "
+    "process in the mind and then providing the final answer. The output format of reasoning process and final "
+    "answer are enclosed within <think> </think> and <answer> </answer> tags, respectively, i.e., \"<think> reasoning "
+    "process here </think><answer> final answer here </answer>\". You should perform thinking with decomposing, "
+    "reflecting, brainstorming, verifying, refining, and revising. Besides, you can perform searching for uncertain "
+    "knowledge if necessary with the format of \"<|begin_of_query|> search query (only keywords) here "
+    "<|end_of_query|>\". Then, the search system will provide you with the retrieval information with the format of "
+    "\"<|begin_of_documents|> ...search results... <|end_of_documents|>\"."
+)
+"""§2.1 "System Prompt for Data Selection", given to Qwen-2.5-7B-Instruct to bucket questions by difficulty
+(the paper's text carries a stray `\"\"\"` after `<|end_of_query|>"`, a string delimiter of its code: left out)."""
+
 QUERY_TAGS = ("<|begin_of_query|>", "<|end_of_query|>")
 DOCUMENT_TAGS = ("<|begin_of_documents|>", "<|end_of_documents|>")
 
@@ -51,6 +64,10 @@ class R1SearcherConfig(TaggedConfig):
     format_penalty: float = Field(-2.0, description="Stage 2 reward for an incorrect format (Eq. 3).")
     stage1_answer_reward: bool = Field(
         False, description="Released code's stage-1 extra: +1 if cover-EM, −1 otherwise (not in the paper)."
+    )
+    prompt: Literal["rl", "data_selection"] = Field(
+        "rl", description="System prompt: 'rl' = §2.2.2's (training, evaluation); 'data_selection' = §2.1's, "
+        "for the difficulty selection (pipelines/prepare/r1_difficulty.py).",
     )
 
 
@@ -102,8 +119,10 @@ class R1Searcher(TaggedSearchRecipe):
     stop_strings = (QUERY_TAGS[1], "</answer>")
 
     def build_prompt(self, question: str, initial_docs: Sequence[Doc], chat: bool) -> Prompt:
-        """§2.2.2's system prompt, then the question (the worked example, when on, between them)."""
-        system = f"{SYSTEM}\n\n{self.example_block()}".strip()
+        """§2.2.2's system prompt (§2.1's with `prompt="data_selection"`), then the question (the worked
+        example, when on, between them)."""
+        base = SELECTION_SYSTEM if self.config.prompt == "data_selection" else SYSTEM
+        system = f"{base}\n\n{self.example_block()}".strip()
         messages = ({"role": "system", "content": system}, {"role": "user", "content": question})
         if chat:
             return self.with_prefill(Prompt(messages, "", chat=True))

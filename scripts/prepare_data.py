@@ -8,8 +8,8 @@ s3: drops yes/no questions and questions the frozen generator already answers fr
 RAG (s3 §4.1); kept rows get `rag_gen_acc`. Baselines are cached (`<out>.cache.jsonl`): a rerun
 computes only what is missing. Report: `<out>.report.json`.
 
-r1_difficulty: rounds of --n rollouts of the reference policy (learner.model, r1_searcher recipe)
-until a correct answer; easy < 10 rollouts, medium 10-20, hard > 20 (R1-Searcher §2.1); then the
+r1_difficulty: rounds of --n rollouts of the reference policy (prepare.r1_selection_model, else
+learner.model; r1_searcher recipe with the §2.1 data-selection prompt) until a correct answer; easy < 10 rollouts, medium 10-20, hard > 20 (R1-Searcher §2.1); then the
 Table-1 mix per stage. Writes difficulty.jsonl.gz, stage1/stage2.jsonl.gz, cache.jsonl and
 report.json to --out-dir.
 
@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     r1.add_argument("--stage2-total", type=int, default=None, help="stage-2 questions (default Table 1's 8,148)")
     r1.add_argument("--dataset-map", type=_mapping, action="append", default=[], metavar="NAME=TABLE_DATASET",
                     help="count dataset NAME as a Table-1 dataset (hotpotqa, 2wikimultihopqa); repeatable")
-    r1.add_argument("--model", default=None, help="reference policy (default learner.model)")
+    r1.add_argument("--model", default=None, help="reference policy (default prepare.r1_selection_model, else learner.model)")
     r1.add_argument("--questions-per-call", type=int, default=32, help="questions per RolloutWorker call (default 32)")
     add_config_args(r1, default_config=str(DEFAULT_CONFIG))
 

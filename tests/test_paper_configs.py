@@ -84,3 +84,27 @@ def test_eval_section_errors_name_the_field():
         load_config("configs/r_search_gpu.yaml", ["eval.topk=500"])
     with pytest.raises(Exception, match="eval.temperature"):
         load_config("configs/r_search_gpu.yaml", ["eval.temperature=-0.1"])
+
+
+def test_r1_searcher_selects_data_with_the_instruct_model_and_the_selection_prompt():
+    # R1-Searcher §2.1: "We utilize the Qwen-2.5-7B-Instruct model ... and prompt the model (Prompt 2.1)";
+    # §2.2.2 / §3.3: the RL policy is Qwen-2.5-7B-Base with the base-model prompt.
+    from pipelines.prepare.r1_difficulty import selection_chat, selection_model, selection_recipe_config
+
+    cfg = load_config("configs/r1_searcher_gpu.yaml")
+    assert selection_model(cfg) == "Qwen/Qwen2.5-7B-Instruct" and selection_chat(cfg) is True
+    assert selection_model(cfg, "other") == "other"
+    rcfg = selection_recipe_config(cfg)
+    assert (rcfg.prompt, rcfg.stage, rcfg.max_turns) == ("data_selection", 2, 8)
+    prompt = get_recipe("r1_searcher", rcfg).start("Who wrote Hamlet?", ["William Shakespeare"]).prompt
+    system = prompt.messages[0]["content"]
+    assert system.startswith("You are a helpful assistant. Given a question, you should answer it by first thinking")
+    assert "You should perform thinking with decomposing, reflecting, brainstorming, verifying, refining, and revising." in system
+    assert '"<|begin_of_query|> search query (only keywords) here <|end_of_query|>". Then,' in system
+    assert prompt.messages[1]["content"] == "Who wrote Hamlet?"
+    # Training: the base model, no chat template, §2.2.2's prompt ending in "Assistant: <think>".
+    assert cfg.learner.model == "Qwen/Qwen2.5-7B" and cfg.rollout.chat is False
+    train = get_recipe("r1_searcher", **cfg.recipe_config()).start("Who wrote Hamlet?", ["William Shakespeare"],
+                                                                   chat=cfg.rollout.chat)
+    assert train.prompt.completion.startswith("The User asks a question, and the Assistant solves it.")
+    assert train.prompt.completion.endswith("User:Who wrote Hamlet?\nAssistant: <think>")

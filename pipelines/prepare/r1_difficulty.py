@@ -1,8 +1,10 @@
 """The ``r1_difficulty`` job: R1-Searcher §2.1 difficulty buckets and the Table-1 training mix.
 
 The paper buckets questions by "the number of rollouts required to correctly answer" them: easy
-(fewer than 10), medium (10 to 20), difficult (more than 20). Here a reference policy (the
-configured policy model, ``r1_searcher`` recipe, stage 2) runs rounds of ``n`` rollouts per
+(fewer than 10), medium (10 to 20), difficult (more than 20). Here a reference policy
+(``prepare.r1_selection_model``, else the policy model; the paper's is Qwen-2.5-7B-Instruct) with
+the paper's "System Prompt for Data Selection" (``r1_searcher`` recipe, ``prompt="data_selection"``,
+stage 2) runs rounds of ``n`` rollouts per
 question on RolloutWorker actors; a question stops at the first round with a correct answer
 (cover-EM by default, the paper's rule-based ACC_R) and ``rollouts_to_correct`` is the 1-based
 index of its first correct rollout; after ``max_rollouts`` (> 20) without one it is hard. The
@@ -253,10 +255,26 @@ def r1_settings(cfg, model: str, recipe_config, n: int, max_rollouts: int, metri
     ro = cfg.rollout
     return {
         "model": model, "backend": ro.backend, "recipe": RECIPE, "recipe_config": recipe_config.model_dump(),
-        "temperature": ro.temperature, "top_p": ro.top_p, "seed": cfg.seed, "chat": ro.chat,
+        "temperature": ro.temperature, "top_p": ro.top_p, "seed": cfg.seed, "chat": selection_chat(cfg),
         "limits": _limits(cfg), "n": n, "max_rollouts": max_rollouts, "metric": metric,
         "f1_threshold": f1_threshold if metric == "f1" else None, "index": index_identity(cfg),
     }
+
+
+def selection_model(cfg, model: str | None = None) -> str:
+    """The policy that rolls out: `model`, else `prepare.r1_selection_model`, else `learner.model`."""
+    return model or cfg.prepare.r1_selection_model or cfg.learner.model
+
+
+def selection_chat(cfg) -> bool | None:
+    """Chat template for the selection rollouts: `prepare.r1_selection_chat`, else `rollout.chat`."""
+    chat = cfg.prepare.r1_selection_chat
+    return cfg.rollout.chat if chat is None else chat
+
+
+def selection_recipe_config(cfg):
+    """The ``r1_searcher`` config of the selection rollouts: §2.1's prompt, stage 2 (answers scored)."""
+    return recipe_config(cfg, RECIPE, stage=2, prompt="data_selection")
 
 
 def _limits(cfg) -> dict[str, int]:
@@ -291,7 +309,8 @@ def prepare_r1_difficulty(
     """R1-Searcher §2.1 difficulty selection and the Table-1 mix (see the module docstring).
 
     Args:
-        cfg: ``configs.Config``: ``learner.model`` (the reference policy unless ``model``),
+        cfg: ``configs.Config``: ``prepare.r1_selection_model`` / ``learner.model`` (the reference
+            policy unless ``model``), ``prepare.r1_selection_chat``,
             ``rollout`` (backend, workers, sampling, limits, chat), ``index``/``retrieval``
             (``retrieval.topk``), ``train.recipe_options`` when ``train.recipe`` is "r1_searcher"
             (stage is forced to 2), ``seed``.
@@ -307,7 +326,8 @@ def prepare_r1_difficulty(
             out is not written. Stages are disjoint (stage 1 picks first).
         dataset_aliases: extra dataset-name → Table-1 dataset mappings (e.g.
             {"hotpotqa+2wiki_train": "hotpotqa"}); rows of other datasets are bucketed but not mixed.
-        model: reference policy (default ``cfg.learner.model``; the paper used Qwen-2.5-7B-Instruct).
+        model: reference policy (default ``prepare.r1_selection_model``, else ``learner.model``; the paper
+            used Qwen-2.5-7B-Instruct).
         questions_per_call: questions per RolloutWorker call (each runs its own rounds).
         pool, workers: running RetrievalPool / RolloutWorker actors; None = start them from
             ``cfg`` when a question is not cached (``rollout.num_workers`` workers) and stop them at
@@ -322,7 +342,7 @@ def prepare_r1_difficulty(
     row), FileNotFoundError (no input).
     """
     t0 = time.perf_counter()
-    model = model or cfg.learner.model
+    model = selection_model(cfg, model)
     max_rollouts = _check_args(n, max_rollouts, metric, f1_threshold, easy_below, hard_above, questions_per_call)
     totals = dict(stage_totals) if stage_totals is not None else {1: None, 2: None}
     for stage, total in totals.items():
@@ -330,7 +350,7 @@ def prepare_r1_difficulty(
             raise PrepareError(f"stage {stage!r} is not in R1-Searcher Table 1 (stages 1 and 2)")
         if total is not None and total < 0:
             raise PrepareError(f"stage {stage} total must be >= 0, got {total}")
-    rcfg = recipe_config(cfg, RECIPE, stage=2)
+    rcfg = selection_recipe_config(cfg)
     settings = r1_settings(cfg, model, rcfg, n, max_rollouts, metric, f1_threshold)
     out_dir = Path(out_dir)
     check_writable(out_dir / "report.json", "output folder")
@@ -451,7 +471,7 @@ def _r1_compute(cfg, pending, workers, rcfg, n, max_rollouts, metric, f1_thresho
             # sample index), so reusing the seed would replay the previous round.
             sampling = {"temperature": ro.temperature, "top_p": ro.top_p, "seed": cfg.seed + 1_000_003 * (rnd + 1)}
             trajs = ray.get(worker.run.remote(ex, RECIPE, recipe_config=recipe_config, n=k, sampling=sampling,
-                                              limits=limits, chat=ro.chat, compute_reward=False))
+                                              limits=limits, chat=selection_chat(cfg), compute_reward=False))
             with lock:
                 counter["rollouts"] += len(trajs)
             return trajs
