@@ -12,6 +12,8 @@ R_eval = r_eval (0.1) when a gold answer is contained in the concatenated `<eval
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from recipes.base import Episode, RewardBreakdown, Scorer
@@ -43,6 +45,10 @@ class EvalRARConfig(TaggedConfig):
     max_turns: int = Field(4, ge=0, description="Maximum step limit N of Algorithm 1 (Search-R1 setting: 4).")
     invalid_feedback: str | None = Field(FEEDBACK, description="Algorithm 1, line 22.")
     r_eval: float = Field(0.1, ge=0.0, le=1.0, description="Evaluation reward r_eval (Eq. 4; paper: 0.1).")
+    eval_match: Literal["substring", "token"] = Field(
+        "substring", description="Eq. 4's a ⊆ y_eval: a normalized character substring (cover-EM, default) or a "
+        "whole-token span ('token': gold \"2\" does not match \"2022\").",
+    )
 
 
 def evaluation_text(generated_text: str) -> str:
@@ -68,12 +74,14 @@ class EvalRAR(TaggedSearchRecipe):
         """R_total = R_ans if R_ans > 0 else R_eval (Eq. 5), in {0, r_eval, 1}.
 
         Components: `answer_em` (Eq. 2), `eval_contains_gold` (1 if a normalized gold answer is a
-        substring of the normalized y_eval, Eq. 4's a ⊆ y_eval), `eval_reward` (R_eval).
+        substring, or with `eval_match="token"` a token span, of the normalized y_eval, Eq. 4's
+        a ⊆ y_eval), `eval_reward` (R_eval).
         """
         golds = list(episode.golden_answers)
         final = episode.final or self.final_output(episode)
         r_ans = exact_match(final.answer, golds) if final.answer is not None else 0.0
-        contains = cover_exact_match(evaluation_text(episode.generated_text), golds)
+        contains = cover_exact_match(evaluation_text(episode.generated_text), golds,
+                                     token_level=self.config.eval_match == "token")
         r_eval = self.config.r_eval * contains
         total = r_ans if r_ans > 0 else r_eval
         return RewardBreakdown(total, {"answer_em": r_ans, "eval_contains_gold": contains, "eval_reward": r_eval})

@@ -4,9 +4,15 @@ All take a prediction string and a list of gold answer strings. Normalization is
 (lowercase, strip punctuation and the articles a/an/the, collapse whitespace). Pure Python.
 
 - `exact_match` (EM) and `cover_exact_match` (cover-EM / SubEM: a normalized gold answer is a
-  substring of the normalized prediction);
-- `f1_score`: token-overlap F1, max over gold answers (R1-Searcher Eq. 4), with the HotpotQA rule
-  for yes/no answers: "yes"/"no"/"noanswer" score only when prediction and gold agree exactly;
+  *character* substring of the normalized prediction, so gold "2" matches "2022" and "art" matches
+  "party"; `token_level=True` asks for a whole-token span instead, which is `span_check`). Character
+  cover-EM is FlashRAG's and the default where the papers say "contains": Eval-RAR's R_eval (option
+  `eval_match="token"`), R1-Searcher's difficulty buckets (`--metric span_check` for tokens) and the
+  evaluation table's cover-EM column;
+- `f1_score`: token-overlap F1, max over gold answers (R1-Searcher Eq. 4, R-Search Eq. 3).
+  `yes_no_rule=True` (default, FlashRAG / HotpotQA's official F1, used by evaluation) scores
+  "yes"/"no"/"noanswer" only when prediction and gold agree exactly; the papers' equations have no
+  such rule, and their rewards use `yes_no_rule=False` (recipe option `f1_yes_no_rule`);
 - `span_check`: a normalized gold answer occurs as a contiguous token span of the normalized
   prediction (s3 §4.1, Eq. 3; the has_answer test of DPR/Pyserini);
 - `gen_acc` = span_check ∨ judge_check (s3 Eq. 3), the judge asked with the s3 Fig. 13 prompt
@@ -46,15 +52,19 @@ def exact_match(prediction: str, golds: list[str]) -> float:
     return float(any((g := normalize_answer(gold)) and pred == g for gold in golds))
 
 
-def cover_exact_match(prediction: str, golds: list[str]) -> float:
-    """1.0 if a normalized (non-empty) gold answer is a substring of the normalized prediction (cover-EM)."""
+def cover_exact_match(prediction: str, golds: list[str], token_level: bool = False) -> float:
+    """1.0 if a normalized (non-empty) gold answer is contained in the normalized prediction (cover-EM):
+    as a character substring (default, FlashRAG's), or with `token_level=True` as a whole-token span
+    (`span_check`: gold "2" no longer matches "2022")."""
+    if token_level:
+        return float(span_check(prediction, golds))
     pred = normalize_answer(prediction)
     return float(any((g := normalize_answer(gold)) and g in pred for gold in golds))
 
 
-def _f1(pred: str, gold: str) -> float:
-    if (pred in _YES_NO or gold in _YES_NO) and pred != gold:
-        return 0.0  # HotpotQA's official rule: yes/no answers get no partial credit
+def _f1(pred: str, gold: str, yes_no_rule: bool = True) -> float:
+    if yes_no_rule and (pred in _YES_NO or gold in _YES_NO) and pred != gold:
+        return 0.0  # HotpotQA's official rule (FlashRAG): yes/no answers get no partial credit
     p, g = pred.split(), gold.split()
     common = sum((Counter(p) & Counter(g)).values())
     if common == 0:
@@ -62,10 +72,12 @@ def _f1(pred: str, gold: str) -> float:
     return 2 * common / (len(p) + len(g))  # = 2PR/(P+R) = 2·IN/(PN+RN), R1-Searcher Eq. 4
 
 
-def f1_score(prediction: str, golds: list[str]) -> float:
-    """Token-level F1 between normalized prediction and gold, max over golds, in [0, 1] (R1-Searcher Eq. 4)."""
+def f1_score(prediction: str, golds: list[str], yes_no_rule: bool = True) -> float:
+    """Token-level F1 between normalized prediction and gold, max over golds, in [0, 1] (R1-Searcher Eq. 4,
+    R-Search Eq. 3). `yes_no_rule`: HotpotQA's official rule (FlashRAG's F1): when either side is
+    "yes"/"no"/"noanswer" and they differ, 0 (plain F1 gives "no" against "no way" 2/3)."""
     pred = normalize_answer(prediction)
-    return max((_f1(pred, normalize_answer(g)) for g in golds), default=0.0)
+    return max((_f1(pred, normalize_answer(g), yes_no_rule) for g in golds), default=0.0)
 
 
 def span_check(prediction: str, golds: list[str]) -> bool:

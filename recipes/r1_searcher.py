@@ -65,6 +65,9 @@ class R1SearcherConfig(TaggedConfig):
     stage1_answer_reward: bool = Field(
         False, description="Released code's stage-1 extra: +1 if cover-EM, −1 otherwise (not in the paper)."
     )
+    f1_yes_no_rule: bool = Field(
+        False, description="Stage-2 F1 with HotpotQA's yes/no rule (FlashRAG's F1); Eq. 4 has none.",
+    )
     prompt: Literal["rl", "data_selection"] = Field(
         "rl", description="System prompt: 'rl' = §2.2.2's (training, evaluation); 'data_selection' = §2.1's, "
         "for the difficulty selection (pipelines/prepare/r1_difficulty.py).",
@@ -152,7 +155,7 @@ class R1Searcher(TaggedSearchRecipe):
                 parts["answer_cover_em"] = 1.0 if hit else -1.0
         else:
             parts = {
-                "answer_f1": f1_score(answer, golds) if answer is not None else 0.0,
+                "answer_f1": f1_score(answer, golds, c.f1_yes_no_rule) if answer is not None else 0.0,
                 "format": 0.0 if format_ok else c.format_penalty,
             }
         return RewardBreakdown(sum(parts.values()), parts)

@@ -250,11 +250,12 @@ class S3(Recipe):
 
     def rag_gen_acc(self, episode: Episode, scorer: Scorer) -> float:
         """The baseline term Acc(G(Q, D_RAG), A): `episode.meta["rag_gen_acc"]` when precomputed,
-        else computed from the episode's initial top-k once per question (`qid`, else the text)
-        and cached."""
+        else computed from the episode's initial top-k once per question and cached, keyed by the
+        dataset-unique `group_id` (two datasets' question "17" are different questions), else `qid`,
+        else the text."""
         if "rag_gen_acc" in episode.meta:
             return float(episode.meta["rag_gen_acc"])
-        key = episode.qid or episode.question
+        key = episode.group_id or episode.qid or episode.question
         if key not in self.rag_cache:
             self.rag_cache[key] = naive_rag_gen_acc(
                 episode.question, episode.initial_docs, episode.golden_answers, scorer,

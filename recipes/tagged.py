@@ -102,9 +102,9 @@ class TaggedSearchRecipe(Recipe):
             return Invalid(f"no complete {self.search_tags[0]} or {self.answer_tags[0]} block")
         _, kind, block = min(candidates, key=lambda c: c[0])
         content = clean(block.content)
-        if not content:
-            return Invalid(f"empty {kind}")
-        return Search(content) if kind == "search" else Answer(content)
+        if kind == "answer":  # an empty answer is still the answer: the episode ends and scores 0 (Search-R1)
+            return Answer(content)
+        return Search(content) if content else Invalid("empty search")
 
     def observation_text(self, docs: Sequence[Doc]) -> str:
         """`\\n\\n<information>Doc 1(Title: "...") text\\n…</information>\\n\\n` with this recipe's tags."""

@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     r1.add_argument("--n", type=int, default=8, help="rollouts per question per round (default 8)")
     r1.add_argument("--max-rollouts", type=int, default=None,
                     help="rollouts per question at most (default: smallest multiple of n above --hard-above)")
-    r1.add_argument("--metric", choices=("cover_em", "em", "f1"), default="cover_em",
+    r1.add_argument("--metric", choices=("cover_em", "span_check", "em", "f1"), default="cover_em",
                     help="answer correctness (default cover_em, the paper's ACC_R)")
     r1.add_argument("--f1-threshold", type=float, default=1.0, help="with --metric f1: correct if F1 >= this")
     r1.add_argument("--easy-below", type=int, default=10, help="easy: first correct rollout before this (default 10)")

@@ -265,8 +265,8 @@ def check_action(name: str, action) -> None:
             assert action.selected is None or all(isinstance(i, int) and i >= 0 for i in action.selected)
         else:
             assert action.selected is None
-    elif isinstance(action, Answer):
-        assert action.text and action.text == action.text.strip()
+    elif isinstance(action, Answer):  # an empty <answer></answer> is an answer (it ends the episode, scores 0)
+        assert action.text == action.text.strip() and (action.text or name not in SINGLE_TURN)
     elif isinstance(action, (Select, Complete)):
         assert name == "s3", f"{name} returned {action}"
         ids = action.doc_ids if isinstance(action, Select) else action.selected

@@ -65,15 +65,16 @@ R1_HARD_ABOVE = 20
 DATASET_ALIASES = {"hotpotqa": "hotpotqa", "2wikimultihopqa": "2wikimultihopqa", "2wiki": "2wikimultihopqa"}
 """Dataset names of the data pack / FlashRAG → the names of :data:`R1_TABLE1`."""
 
-METRICS = ("cover_em", "em", "f1")
+METRICS = ("cover_em", "span_check", "em", "f1")
 
 
 def answer_correct(answer: str | None, golden_answers: Sequence[str], metric: str = "cover_em",
                    f1_threshold: float = 1.0) -> bool:
     """Whether a rollout's final answer is correct.
 
-    ``cover_em`` (default; R1-Searcher's rule-based ACC_R: a normalized gold answer is contained in
-    the normalized answer), ``em``, or ``f1`` (token F1, the stage-2 answer reward, ≥
+    ``cover_em`` (default; R1-Searcher's rule-based ACC_R: a normalized gold answer is a character
+    substring of the normalized answer, so "2" counts in "2022"), ``span_check`` (the same as whole
+    tokens), ``em``, or ``f1`` (token F1, the stage-2 answer reward, ≥
     ``f1_threshold``). No answer is never correct.
     """
     from recipes.metrics import cover_exact_match, exact_match, f1_score
@@ -81,8 +82,8 @@ def answer_correct(answer: str | None, golden_answers: Sequence[str], metric: st
     if answer is None or not str(answer).strip():
         return False
     golds = list(golden_answers)
-    if metric == "cover_em":
-        return cover_exact_match(answer, golds) > 0
+    if metric in ("cover_em", "span_check"):
+        return cover_exact_match(answer, golds, token_level=metric == "span_check") > 0
     if metric == "em":
         return exact_match(answer, golds) > 0
     if metric == "f1":
