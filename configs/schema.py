@@ -35,6 +35,7 @@ class DataConfig(StrictModel):
     train: str = Field("train.jsonl.gz", description="Training QA file name inside `dir`.")
     dev: str = Field("dev.jsonl.gz", description="Validation QA file name inside `dir`.")
     test: str = Field("test.jsonl.gz", description="Evaluation QA file name inside `dir`.")
+    mirage: str = Field("mirage.jsonl.gz", description="MIRAGE multiple-choice file name inside `dir` (eval.mirage_questions).")
     corpus_limit: int | None = Field(
         None, gt=0, description="Use only the first N passages (count); None = the whole corpus."
     )
@@ -325,6 +326,10 @@ class EvalConfig(StrictModel):
     )
     judge_model: str | None = Field(
         None, description="GenAcc judge at evaluation; None = frozen.judge_model, else frozen.model.",
+    )
+    mirage_questions: int = Field(
+        0, ge=0, description="MIRAGE questions evaluated beside the QA file (a seeded sample spread over its five "
+        "sets; more than the file holds = all of it), scored by the judge alone (s3 A.4); 0 = none.",
     )
 
 

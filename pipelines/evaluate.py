@@ -19,6 +19,12 @@ passages and the searcher gets `eval.max_turns` (each None = the training value)
 span_check ∨ judge_check, the judge (`eval.judge_model`, else `frozen.judge_model`, else
 `frozen.model`) asked only when the span check fails (s3 §4.1, Appendix A.4).
 
+MIRAGE (`eval.mirage_questions` > 0; s3 §5, Table 2): that many of the pack's medical multiple-choice
+questions (`data.mirage`) are asked beside the QA file, the options listed under the question
+(`mirage_examples`), under datasets `mirage/<set>`. Their GenAcc is the judge alone: s3 A.4 uses
+judge_check exclusively there, since span_check accepts wrong options. Their rows follow the QA
+rows, with their own `mirage/all` row; the `all` row pools the QA sets only.
+
 Order of work (`evaluate`): check the arguments, the checkpoint, the QA file and the index (errors
 before any actor starts) → start or join Ray → RetrievalPool → frozen generator / judge → for each
 engine (methods sharing one engine share one worker): a worker runs the methods' episodes, then its
@@ -52,7 +58,15 @@ METHODS = ("direct", "naive_rag", "policy", "untrained")
 DEFAULT_METHODS = ("direct", "naive_rag", "policy")
 
 ALL = "all"
-"""The `dataset` of the row that pools every question of a method."""
+"""The `dataset` of the row that pools every question of a method (MIRAGE's apart)."""
+
+MIRAGE = "mirage/"
+"""Prefix of the MIRAGE datasets (`mirage/medqa`, ...); `mirage/all` pools them."""
+
+
+def is_mirage(dataset: str) -> bool:
+    """Whether a record's dataset is one of MIRAGE's (scored by the judge alone)."""
+    return dataset.startswith(MIRAGE)
 
 METRICS = ("em", "f1", "cover_em", "span_check", "gen_acc")
 
@@ -114,16 +128,20 @@ def compute_rows(records: Iterable[QARecord]) -> list[dict[str, Any]]:
 
     The `all` row is the mean over ALL the method's questions (micro average), not the mean of
     the dataset rows: a dataset with more questions weighs more. Methods keep the order in which
-    they first appear in `records`; datasets are sorted by name within a method.
+    they first appear in `records`; datasets are sorted by name within a method. MIRAGE datasets
+    (`mirage/...`) come after the `all` row, which leaves them out, then their own `mirage/all`.
     """
     by_method: dict[str, dict[str, list[tuple[QARecord, dict[str, float]]]]] = {}
     for r in records:
         by_method.setdefault(r.method, {}).setdefault(r.dataset, []).append((r, _scores(r)))
     rows = []
     for method, datasets in by_method.items():
-        for dataset in sorted(datasets):
-            rows.append(_row(method, dataset, datasets[dataset]))
-        rows.append(_row(method, ALL, [x for d in datasets.values() for x in d]))
+        for medical in (False, True):
+            names = sorted(d for d in datasets if is_mirage(d) == medical)
+            for dataset in names:
+                rows.append(_row(method, dataset, datasets[dataset]))
+            if names:
+                rows.append(_row(method, MIRAGE + ALL if medical else ALL, [x for d in names for x in datasets[d]]))
     return rows
 
 
@@ -142,7 +160,7 @@ def format_markdown(rows: Sequence[Mapping[str, Any]], title: str | None = None)
     lines.append("| " + " | ".join("---" if key in ("method", "dataset") else "---:" for key, _, _ in _COLUMNS) + " |")
     for row in rows:
         cells = [fmt.format(row[key]) for key, _, fmt in _COLUMNS]
-        if row["dataset"] == ALL:
+        if row["dataset"] in (ALL, MIRAGE + ALL):
             cells = [f"**{c}**" for c in cells]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -258,6 +276,40 @@ def load_questions(qa_file: str | Path, data_dir: str | None = None, limit: int 
     return [examples[i] for i in sorted(picked)]
 
 
+def mirage_examples(path: str | Path, limit: int, seed: int) -> list[dict]:
+    """`limit` MIRAGE rows of `path` (a seeded sample dealt round-robin over its sets; all of them when
+    `limit` reaches the file's size) as evaluation examples: the question with its options listed
+    ("A. ...", one per line), golden answers the right option as "B. text" and its text alone, and
+    dataset `mirage/<set>`.
+
+    Raises:
+        EvaluationError: limit < 1. BadRowError: a malformed row.
+    """
+    from pipelines.data import iter_mirage
+
+    if limit < 1:
+        raise EvaluationError(f"eval.mirage_questions={limit}: must be >= 1 here (0 leaves MIRAGE out)")
+    rows = list(iter_mirage(path))
+    rng = random.Random(seed)
+    by_set: dict[str, list[int]] = {}
+    for i, r in enumerate(rows):
+        by_set.setdefault(str(r.get("dataset", "unknown")), []).append(i)
+    queues = [rng.sample(idx, len(idx)) for _, idx in sorted(by_set.items())]
+    picked: list[int] = []
+    while len(picked) < min(limit, len(rows)):
+        for q in queues:
+            if q and len(picked) < limit:
+                picked.append(q.pop())
+    out = []
+    for i in sorted(picked):
+        r = rows[i]
+        options = "\n".join(f"{k}. {v}" for k, v in r["options"].items())
+        right = r["options"][r["answer"]]
+        out.append({"id": r["id"], "question": f"{r['question']}\nOptions:\n{options}",
+                    "golden_answers": [f"{r['answer']}. {right}", right], "dataset": MIRAGE + str(r.get("dataset"))})
+    return out
+
+
 @dataclass(frozen=True)
 class _Plan:
     """One method: which engine runs which recipe with which settings."""
@@ -319,10 +371,11 @@ def _same_run(a: _Plan, b: _Plan) -> bool:
 
 
 def _judge_flags(ray: Any, judge: Any, records: list[dict]) -> tuple[list[bool], list[bool | None]]:
-    """GenAcc per record (span_check, else the judge's verdict) and the judge's verdict itself on
-    every non-empty answer (None for an empty one), asked concurrently: the verdicts where the span
-    check decides measure the judge (`judge_agreement`)."""
-    spans = [bool(r["answer"]) and span_check(r["answer"], r["golden_answers"]) for r in records]
+    """GenAcc per record (span_check, else the judge's verdict; MIRAGE records: the verdict alone, s3 A.4)
+    and the judge's verdict itself on every non-empty answer (None for an empty one), asked
+    concurrently: the verdicts where the span check decides measure the judge (`judge_agreement`)."""
+    spans = [bool(r["answer"]) and not is_mirage(r["dataset"]) and span_check(r["answer"], r["golden_answers"])
+             for r in records]
     ask = [i for i, r in enumerate(records) if r["answer"] and r["answer"].strip()]
     verdicts: list[bool | None] = [None] * len(records)
     for i, v in zip(ask, ray.get([judge.judge.remote(records[i]["answer"], records[i]["golden_answers"]) for i in ask])):
@@ -467,6 +520,10 @@ def evaluate(
     names = parse_methods(methods)
     plans = plan_methods(cfg, names, str(checkpoint) if checkpoint is not None else None)
     examples = load_questions(qa_file, cfg.data.dir, limit, sample_seed=cfg.seed if sample else None)
+    if cfg.eval.mirage_questions:
+        from pipelines.data import pack_file
+
+        examples += mirage_examples(pack_file(cfg.data.mirage, cfg.data.dir), cfg.eval.mirage_questions, cfg.seed)
     needs_pool = any(recipe_class(p.recipe).retrieves for p in plans)
     if needs_pool and pool is None:
         Manifest.load(cfg.index.dir)  # a missing / unfinished index fails before any actor starts
@@ -532,14 +589,19 @@ def evaluate(
                     f.write(json.dumps({"method": p.method, "recipe": p.recipe, **r, "gen_acc": flag,
                                         "judge": verdict}) + "\n")
         rows = compute_rows(rows_in)
-        agreement = judge_agreement([r for r, _ in judged], [v for _, v in judged])
+        qa_judged = [(r, v) for r, v in judged if not is_mirage(r["dataset"])]  # the rules decide QA answers only
+        agreement = judge_agreement([r for r, _ in qa_judged], [v for _, v in qa_judged])
     finally:
         actors.stop()
         if started_ray:
             ray.shutdown()
 
     policy = next((p for p in plans if p.method == "policy"), None)
-    title = (f"Evaluation on {Path(qa_file).name} ({len(examples)} questions): recipe {cfg.train.recipe}, "
+    n_mirage = sum(is_mirage(e["dataset"]) for e in examples)
+    mirage_note = (f" and {n_mirage} MIRAGE questions (GenAcc = the judge alone, s3 A.4; not in the `all` row)"
+                   if n_mirage else "")
+    title = (f"Evaluation on {Path(qa_file).name} ({len(examples) - n_mirage} questions{mirage_note}): "
+             f"recipe {cfg.train.recipe}, "
              f"policy {policy.spec.model if policy else '-'}, generator {cfg.frozen.model}, "
              f"judge {cfg.eval_judge_model}, top-{cfg.eval_topk}, temperature {cfg.eval.temperature:g}")
     note = agreement_note(agreement, cfg.eval_judge_model)
@@ -555,7 +617,7 @@ def evaluate(
 
 
 __all__ = [
-    "ALL", "DEFAULT_METHODS", "EvaluationError", "METHODS", "QARecord",
+    "ALL", "DEFAULT_METHODS", "EvaluationError", "METHODS", "MIRAGE", "QARecord", "is_mirage", "mirage_examples",
     "compute_rows", "eval_judge_config", "eval_sampling", "evaluate", "format_markdown", "load_questions",
     "parse_methods", "plan_methods",
     "resolve_checkpoint",
