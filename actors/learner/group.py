@@ -4,10 +4,10 @@ The ranks are placed through a placement group (one bundle per rank, PACK), rank
 rendezvous address, and the driver hands every rank the same batch through the object store
 (one copy); each rank takes its own rows. Results come back in batch order.
 
-Weight sync: rank 0 gathers the policy's weights (from ZeRO partitions), puts them in the object
-store once, and every RolloutWorker loads them with `update_weights(weights, version)`. On GPU
-clusters that is one host copy per node; a collective broadcast into vLLM's workers would skip it
-(noted in the closing notes of the learner issue as the next step).
+Weight sync: every rank takes part in gathering the policy's weights (from ZeRO partitions); rank 0
+returns them to the driver, which puts them in the object store (two host copies: the returned list
+and the put), and every RolloutWorker loads them with `update_weights(weights, version)`. A
+collective broadcast into vLLM's workers would skip those copies (the learner issue's next step).
 """
 
 from __future__ import annotations
