@@ -57,6 +57,7 @@ async def endpoint_run(url: str, questions: list[str], clients: int, timeout_s: 
     ok = [r.json() for _, r in results if r.status_code == 200]
     mean = {k: statistics.fmean(b["timings"][k] for b in ok) if ok else float("nan")
             for k in ("total_s", "generate_s", "search_s", "queue_s")}
+    mean["searches"] = statistics.fmean(b["usage"]["searches"] for b in ok) if ok else float("nan")
     return {"clients": clients, "qps": len(questions) / wall, "wall_s": wall, "latencies_s": [t for t, _ in results],
             "mean": mean, "statuses": sorted(r.status_code for _, r in results),
             "finish_reasons": sorted(b["finish_reason"] for b in ok), "answers": [b["answer"] for b in ok]}
@@ -152,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
             m = r["mean"]
             print(f"endpoint, {clients:2d} clients: {r['qps']:.3f} q/s ({r['wall_s']:.1f} s), statuses {set(r['statuses'])}; "
                   f"mean per request {m['total_s']:.2f} s = engine {m['generate_s']:.2f} + retrieval "
-                  f"{m['search_s']:.2f} + queue {m['queue_s']:.2f} (+ other)", flush=True)
+                  f"{m['search_s']:.2f} + queue {m['queue_s']:.2f} (+ other); {m['searches']:.2f} searches per question",
+                  flush=True)
         base = baseline_run(cfg, served.model, url, questions)
         print(f"baseline (infer.py loop, transformers, one at a time): {base['qps']:.3f} q/s ({base['wall_s']:.1f} s)")
     finally:
