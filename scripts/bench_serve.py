@@ -18,12 +18,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import statistics
 import sys
 import time
 from pathlib import Path
 
-from scripts.serve import served_config
+from scripts.serve import sigterm_as_interrupt, served_config
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -141,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         questions = [e["question"] for e in load_questions(cfg.data.test, cfg.data.dir, args.questions,
                                                            sample_seed=cfg.seed)]
     local = init_ray(cfg.ray)
+    signal.signal(signal.SIGTERM, sigterm_as_interrupt)  # a SIGTERM still removes the app and our cluster
     try:
         t = time.perf_counter()
         url = start_app(cfg, served)

@@ -20,7 +20,7 @@ import time
 from scripts.cli import parse_config, user_errors
 
 
-def _interrupt(signum, frame):
+def sigterm_as_interrupt(signum, frame):
     raise KeyboardInterrupt  # SIGTERM stops the server like Ctrl-C: the app and our cluster are removed
 
 
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     from serving.launch import start_app, stop_app
 
     local = init_ray(cfg.ray)
-    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGTERM, sigterm_as_interrupt)
     try:
         t0 = time.perf_counter()
         try:
