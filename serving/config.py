@@ -9,7 +9,7 @@ from configs import Config, load_config
 from serving.checkpoint import Served, resolve_served
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "s3_cpu.yaml"
-"""For a model directory or name with no run (and no --config): the main job's config."""
+"""For a model directory or name with no run (and no --config): the s3 CPU config (s3 trains only the searcher)."""
 
 
 def config_path(served: Served, config: str | None) -> Path:
