@@ -268,6 +268,8 @@ class LearnerConfig(StrictModel):
     @classmethod
     def _no_optimizer_step_warmup(cls, data: Any) -> Any:
         if isinstance(data, dict) and "warmup_steps" in data:
+            if data["warmup_steps"] in (0, None):  # a run's saved config from before: no warm-up, nothing to convert
+                return {k: v for k, v in data.items() if k != "warmup_steps"}
             raise ValueError(
                 "learner.warmup_steps is gone: it counted optimizer steps (R-Search's 185 ended near training step 93 "
                 "at 2 optimizer steps per step); set learner.warmup_ratio, a fraction of training steps as the papers "

@@ -76,3 +76,13 @@ def test_old_optimizer_step_warmup_key_is_refused_naming_the_fix():
         load_config("configs/r_search_gpu.yaml", ["learner.warmup_steps=185"])
     with pytest.raises(ValueError, match="pass total_steps"):
         PolicyLearner(LearnerConfig(warmup_ratio=0.5))
+
+
+def test_saved_configs_of_older_runs_still_load():
+    """A run directory's config.yaml written before warmup_ratio holds `warmup_steps: 0`: it loads
+    (there was no warm-up to convert), so --resume and serving of older runs keep working."""
+    from configs.schema import LearnerConfig
+
+    assert LearnerConfig(warmup_steps=0).warmup_ratio == 0.0
+    with pytest.raises(ValueError, match="warmup_ratio"):
+        LearnerConfig(warmup_steps=185)
