@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from algorithms.config import AlgorithmConfig
+from configs.recipe_options import check_recipe_options
 
 
 class StrictModel(BaseModel):
@@ -426,29 +427,6 @@ class TrainConfig(StrictModel):
     def option_sets(self) -> list[dict[str, Any]]:
         """`recipe_options` and, for each stage, `recipe_options` merged with the stage's options."""
         return [dict(self.recipe_options)] + [{**self.recipe_options, **s.recipe_options} for s in self.stages]
-
-
-def check_recipe_options(recipe: str, options: dict[str, Any]) -> None:
-    """Validate recipe options against the recipe's typed config (`Recipe.config_cls`).
-
-    Raises:
-        ValueError: `topk` given (top-k is `retrieval.topk`, read by the pool and the recipe), or an
-            unknown or invalid option, naming it and the recipe's known options.
-    """
-    from pydantic import ValidationError
-
-    from recipes import recipe_class
-
-    if "topk" in options:
-        raise ValueError("topk: top-k is set once, by retrieval.topk (the retrieval pool and the recipe both read "
-                         "it); remove it here and set retrieval.topk")
-    config_cls = recipe_class(recipe).config_cls
-    try:
-        config_cls(**options)
-    except ValidationError as e:
-        known = ", ".join(f for f in config_cls.model_fields if f != "topk")
-        lines = [f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors()]
-        raise ValueError(f"recipe {recipe!r}: " + "; ".join(lines) + f" (its options: {known})") from None
 
 
 class Config(StrictModel):

@@ -40,131 +40,32 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from actors.engines.spec import EngineSpec, engine_spec
+from pipelines.eval_rows import ALL, MIRAGE, QARecord, compute_rows, format_markdown, is_mirage
+from pipelines.judge_agreement import agreement_note, judge_agreement
 from recipes import RECIPES, recipe_class
 from recipes.base import ANSWER_PROMPT
-from recipes.metrics import cover_exact_match, exact_match, f1_score, span_check
+from recipes.metrics import span_check
 
 log = logging.getLogger(__name__)
 
-METHODS = ("direct", "naive_rag", "policy", "untrained")
-"""Known method names; see the module docstring."""
-
-DEFAULT_METHODS = ("direct", "naive_rag", "policy")
-
-ALL = "all"
-"""The `dataset` of the row that pools every question of a method (MIRAGE's apart)."""
-
-MIRAGE = "mirage/"
-"""Prefix of the MIRAGE datasets (`mirage/medqa`, ...); `mirage/all` pools them."""
-
-
-def is_mirage(dataset: str) -> bool:
-    """Whether a record's dataset is one of MIRAGE's (scored by the judge alone)."""
-    return dataset.startswith(MIRAGE)
-
-METRICS = ("em", "f1", "cover_em", "span_check", "gen_acc")
-
 _CHUNK = 8  # questions per worker call: calls run concurrently (the engine batches across them); the bar moves per call
-
 
 class EvaluationError(ValueError):
     """An argument or input a user can fix (method list, checkpoint, QA file, limit); the message
     names the argument or config field and the fix."""
 
 
-# ----------------------------------------------------------------------------- rows (pure)
 
+METHODS = ("direct", "naive_rag", "policy", "untrained")
+"""Known method names; see the module docstring."""
 
-@dataclass(frozen=True)
-class QARecord:
-    """One question answered by one method.
-
-    `answer`: the scored answer (None = the episode gave none; scores 0). `searches`: retrieval
-    calls made for the question (count; the initial top-k of s3 / naive RAG counts as one).
-    `gen_acc`: GenAcc = span_check ∨ judge_check, decided by the caller (the judge is an LLM).
-    """
-
-    method: str
-    dataset: str
-    answer: str | None
-    golden_answers: tuple[str, ...]
-    searches: int
-    gen_acc: bool
-
-
-def _scores(record: QARecord) -> dict[str, float]:
-    pred, golds = record.answer or "", list(record.golden_answers)
-    return {
-        "em": exact_match(pred, golds),
-        "f1": f1_score(pred, golds),
-        "cover_em": cover_exact_match(pred, golds),
-        "span_check": float(span_check(pred, golds)),
-        "gen_acc": float(record.gen_acc),
-    }
-
-
-def _row(method: str, dataset: str, scored: list[tuple[QARecord, dict[str, float]]]) -> dict[str, Any]:
-    n = len(scored)
-    row: dict[str, Any] = {"method": method, "dataset": dataset, "n": n}
-    for m in METRICS:
-        row[m] = sum(s[m] for _, s in scored) / n
-    row["searches_per_question"] = sum(r.searches for r, _ in scored) / n
-    return row
-
-
-def compute_rows(records: Iterable[QARecord]) -> list[dict[str, Any]]:
-    """The result table: one row per method × dataset, then the method's `all` row.
-
-    Each row is `{method, dataset, n, em, f1, cover_em, span_check, gen_acc, searches_per_question}`:
-    `n` questions; the five metrics are means over those questions, in [0, 1] (EM, F1, cover-EM
-    and span_check from `recipes.metrics` on the answer, a missing answer counting as ""; gen_acc
-    is the records' flag); `searches_per_question` is the mean retrieval calls per question.
-
-    The `all` row is the mean over ALL the method's questions (micro average), not the mean of
-    the dataset rows: a dataset with more questions weighs more. Methods keep the order in which
-    they first appear in `records`; datasets are sorted by name within a method. MIRAGE datasets
-    (`mirage/...`) come after the `all` row, which leaves them out, then their own `mirage/all`.
-    """
-    by_method: dict[str, dict[str, list[tuple[QARecord, dict[str, float]]]]] = {}
-    for r in records:
-        by_method.setdefault(r.method, {}).setdefault(r.dataset, []).append((r, _scores(r)))
-    rows = []
-    for method, datasets in by_method.items():
-        for medical in (False, True):
-            names = sorted(d for d in datasets if is_mirage(d) == medical)
-            for dataset in names:
-                rows.append(_row(method, dataset, datasets[dataset]))
-            if names:
-                rows.append(_row(method, MIRAGE + ALL if medical else ALL, [x for d in names for x in datasets[d]]))
-    return rows
-
-
-_COLUMNS = (
-    ("method", "method", "{}"), ("dataset", "dataset", "{}"), ("n", "n", "{}"), ("em", "EM", "{:.3f}"),
-    ("f1", "F1", "{:.3f}"), ("cover_em", "cover-EM", "{:.3f}"), ("span_check", "span_check", "{:.3f}"),
-    ("gen_acc", "GenAcc", "{:.3f}"), ("searches_per_question", "searches/q", "{:.2f}"),
-)
-
-
-def format_markdown(rows: Sequence[Mapping[str, Any]], title: str | None = None) -> str:
-    """`rows` (as `compute_rows` returns them) as a Markdown table, metrics with 3 decimals,
-    searches per question with 2; `all` rows in bold. `title` becomes a `#` heading above it."""
-    lines = [f"# {title}", ""] if title else []
-    lines.append("| " + " | ".join(head for _, head, _ in _COLUMNS) + " |")
-    lines.append("| " + " | ".join("---" if key in ("method", "dataset") else "---:" for key, _, _ in _COLUMNS) + " |")
-    for row in rows:
-        cells = [fmt.format(row[key]) for key, _, fmt in _COLUMNS]
-        if row["dataset"] in (ALL, MIRAGE + ALL):
-            cells = [f"**{c}**" for c in cells]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
+DEFAULT_METHODS = ("direct", "naive_rag", "policy")
 
 # ----------------------------------------------------------------------------- inputs
 
@@ -381,56 +282,6 @@ def _judge_flags(ray: Any, judge: Any, records: list[dict]) -> tuple[list[bool],
     for i, v in zip(ask, ray.get([judge.judge.remote(records[i]["answer"], records[i]["golden_answers"]) for i in ask])):
         verdicts[i] = bool(v)
     return [s or bool(v) for s, v in zip(spans, verdicts)], verdicts
-
-
-AGREEMENT_FLOOR = 0.9  # below it, GenAcc measures the judge more than the answers
-
-
-def judge_agreement(records: Sequence[Mapping[str, Any]], verdicts: Sequence[bool | None]) -> dict[str, Any]:
-    """How far the LLM judge agrees with the rules where the rules decide (s3 §4.1's GenAcc trusts
-    the judge where the span check says no):
-
-    - on answers the span check accepts (a gold answer is a token span of it), the judge should say yes;
-    - on answers sharing no token with any gold answer (F1 = 0), it should say no.
-
-    Returns:
-        {"span_positive": n, "judge_yes_on_span_positive": rate, "no_overlap": n,
-        "judge_no_on_no_overlap": rate, "agreement": rate over both sets, "trusted": agreement ≥
-        AGREEMENT_FLOOR}; rates are None when their set is empty.
-    """
-    pos, neg = [], []
-    for r, v in zip(records, verdicts):
-        if v is None:
-            continue
-        if span_check(r["answer"], r["golden_answers"]):
-            pos.append(v)
-        elif f1_score(r["answer"], r["golden_answers"]) == 0.0:
-            neg.append(not v)
-
-    def rate(xs: list[bool]) -> float | None:
-        return sum(xs) / len(xs) if xs else None
-
-    agreement = rate(pos + neg)
-    return {"span_positive": len(pos), "judge_yes_on_span_positive": rate(pos), "no_overlap": len(neg),
-            "judge_no_on_no_overlap": rate(neg), "agreement": agreement,
-            "trusted": agreement is not None and agreement >= AGREEMENT_FLOOR}
-
-
-def agreement_note(agreement: Mapping[str, Any], judge_model: str) -> str:
-    """One line for the results: the judge's agreement and whether GenAcc can be read."""
-    if agreement["agreement"] is None:
-        return f"GenAcc: the judge ({judge_model}) could not be checked (no answer where the span check decides)."
-    verdict = ("GenAcc can be read" if agreement["trusted"] else
-               f"below {AGREEMENT_FLOOR:.0%}: this judge cannot judge; read EM, F1 and cover-EM, not GenAcc")
-    parts = []
-    if agreement["judge_yes_on_span_positive"] is not None:
-        parts.append(f"yes on {agreement['judge_yes_on_span_positive']:.0%} of {agreement['span_positive']} answers "
-                     "holding a gold span")
-    if agreement["judge_no_on_no_overlap"] is not None:
-        parts.append(f"no on {agreement['judge_no_on_no_overlap']:.0%} of {agreement['no_overlap']} answers "
-                     "sharing no token with a gold answer")
-    return (f"GenAcc judge ({judge_model}) agrees with the rules on {agreement['agreement']:.0%} of the answers "
-            f"they decide ({'; '.join(parts)}): {verdict}.")
 
 
 def eval_sampling(cfg: Any) -> dict[str, Any]:
