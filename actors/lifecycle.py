@@ -87,5 +87,30 @@ class ActorSet:
         ids = {id(h) for h in targets}
         self.handles = [h for h in self.handles if id(h) not in ids]
 
+class RemoteTimeoutError(TimeoutError):
+    """A remote call did not finish within its deadline (`get_within`); names what and how long."""
+
+
+def get_within(refs: Any, timeout_s: float | None, what: str) -> Any:
+    """`ray.get(refs)` with a deadline of `timeout_s` seconds (None: wait for ever).
+
+    Args:
+        refs: one ObjectRef or a list of them.
+        what: the actor(s) and the work, for the error (e.g. "rollout workers: 16 episodes").
+
+    Raises:
+        RemoteTimeoutError: not done within `timeout_s`; the message names `what` and the seconds waited.
+        Whatever the remote call raised (Ray's RayActorError for a dead actor, RayTaskError otherwise).
+    """
+    import ray
+
+    t0 = time.monotonic()
+    try:
+        return ray.get(refs, timeout=timeout_s)
+    except ray.exceptions.GetTimeoutError as e:
+        raise RemoteTimeoutError(f"{what}: no result after {time.monotonic() - t0:.0f} s (deadline {timeout_s:.0f} s, "
+                                 "ray.call_timeout_s); see the actors' logs") from e
+
+
 def _name(handle: Any) -> str:
     return repr(handle)  # Ray's repr names the class and the actor id

@@ -213,6 +213,10 @@ class RayConfig(StrictModel):
         None, gt=0, description="CPUs for a locally started cluster; None = all of the machine's."
     )
     namespace: str = Field("searchrl", description="Ray namespace for named actors.")
+    call_timeout_s: float = Field(
+        7200.0, gt=0, description="Deadline (seconds) of one remote call of a step: a rollout batch, a log-prob "
+        "pass, an update, a weight sync; past it the step fails with an error naming the actor and the work.",
+    )
 
 
 class LearnerConfig(StrictModel):

@@ -27,6 +27,7 @@ import torch
 
 from configs.schema import Config
 from pipelines.checkpoints import STATE_FILE, dir_bytes, last_checkpoint, prune_checkpoints
+from pipelines.graceful_stop import GracefulStop, StopRequested, TrainingStopped
 
 log = logging.getLogger(__name__)
 
@@ -172,9 +173,11 @@ class Trainer:
         generator, judge = (frozen + frozen)[:2] if frozen else (None, None)  # one actor judges too
         name = f"searchrl-{self.run_dir.name}"
         steps = total_steps(cfg)  # warm-up ratios are fractions of the run's training steps
-        self.policy = LearnerGroup("policy", cfg.learner, name=name, temperature=temperature, total_steps=steps)
+        deadline = cfg.ray.call_timeout_s
+        self.policy = LearnerGroup("policy", cfg.learner, name=name, temperature=temperature, total_steps=steps,
+                                   call_timeout_s=deadline)
         if cfg.algorithm.needs_critic:
-            self.critic = LearnerGroup("critic", cfg.learner, name=name, total_steps=steps)
+            self.critic = LearnerGroup("critic", cfg.learner, name=name, total_steps=steps, call_timeout_s=deadline)
         if cfg.algorithm.kl_coef > 0:
             self.reference = actors.start(ReferenceModel, cfg.learner, temperature=temperature, max_concurrency=None,
                                           num_cpus=cfg.learner.cpus_per_rank, num_gpus=cfg.learner.gpus_per_rank)
@@ -196,8 +199,12 @@ class Trainer:
     # -- one step ---------------------------------------------------------------------------------------
     def rollout(self, examples: Sequence[dict], recipe_options: dict, n: int, temperature: float,
                 seed: int) -> list[dict]:
-        """Episodes of every example on the workers (examples split evenly); trajectories as dicts."""
-        import ray
+        """Episodes of every example on the workers (examples split evenly); trajectories as dicts.
+
+        Raises:
+            RemoteTimeoutError: the workers did not finish within `ray.call_timeout_s`.
+        """
+        from actors.lifecycle import get_within
 
         ro = self.cfg.rollout
         sampling = {"temperature": temperature, "top_p": ro.top_p if temperature > 0 else 1.0, "seed": seed}
@@ -207,14 +214,14 @@ class Trainer:
         futures = [w.run.remote(part, self.cfg.train.recipe, recipe_config=recipe_options, n=n, sampling=sampling,
                                 limits=limits, chat=ro.chat, compute_reward=True)
                    for w, part in zip(self.workers, parts) if part]
-        return [t for result in ray.get(futures) for t in result]
+        what = f"rollout workers: {len(examples) * n} episodes"
+        return [t for result in get_within(futures, self.cfg.ray.call_timeout_s, what) for t in result]
 
     def step(self, step: int) -> dict[str, float]:
         """One training step (0-based `step`); returns its metrics."""
-        import ray
-
         from actors.learner.batch import make_train_batch
         from actors.learner.policy import single_step
+        from actors.lifecycle import get_within
         from algorithms import compute_advantages
         from pipelines.train_metrics import learner_metrics, rollout_metrics
 
@@ -233,7 +240,10 @@ class Trainer:
         t = time.perf_counter()
         self.on_phase("logprobs+advantages")
         batch = make_train_batch(trajs, self.pad_token_id)
-        ref = ray.get(self.reference.compute_logprobs.remote(batch)) if self.reference is not None else None
+        ref = None
+        if self.reference is not None:
+            ref = get_within(self.reference.compute_logprobs.remote(batch), cfg.ray.call_timeout_s,
+                             "reference model: log-probs")
         logprobs = None  # a one-step update reads them from its own forward pass (`single_step`)
         if ref is not None or not single_step(cfg.learner, batch.size):
             logprobs, _ = self.policy.compute_logprobs(batch)
@@ -360,6 +370,8 @@ def train(cfg: Config, resume: str | Path | None = None, progress: bool = True) 
         DataPackError: a missing data pack or QA file (before any actor starts).
         FileNotFoundError: `resume` has no complete checkpoint.
         ConfigError: `cfg` changes what the resumed run is (`configs.resume.resume_changes`).
+        TrainingStopped: SIGTERM/SIGINT stopped the run (`pipelines.graceful_stop`); the actors are
+            stopped and the last completed step is checkpointed when it could be.
     """
     from cluster.logs import add_run_log, remove_run_log
     from cluster.ray_init import init_ray
@@ -374,18 +386,22 @@ def train(cfg: Config, resume: str | Path | None = None, progress: bool = True) 
         (run_dir / "config.yaml").write_text(cfg_to_yaml(cfg))
     log.info("run directory %s (log: %s)", run_dir, add_run_log(run_dir))
     started = init_ray(cfg.ray)
-    trainer = Trainer(cfg, run_dir, progress)
+    trainer, stop = Trainer(cfg, run_dir, progress), GracefulStop()
     try:
         from cluster.roles import check_ray_cluster
 
         check_ray_cluster(cfg)  # a cluster too small for the plan fails here, before any actor starts
-        trainer.start()
-        wandb_id = None
-        if checkpoint is not None:
-            start_step = trainer.resume(checkpoint)
-            wandb_id = json.loads((checkpoint / STATE_FILE).read_text()).get("wandb_id")
-        trainer.tracker = Tracker(run_dir, cfg, wandb_id=wandb_id, resumed=checkpoint is not None)
-        run_loop(trainer, start_step)
+        with stop.installed():
+            try:
+                trainer.start()
+                wandb_id = None
+                if checkpoint is not None:
+                    start_step = trainer.resume(checkpoint)
+                    wandb_id = json.loads((checkpoint / STATE_FILE).read_text()).get("wandb_id")
+                trainer.tracker = Tracker(run_dir, cfg, wandb_id=wandb_id, resumed=checkpoint is not None)
+            except StopRequested as e:  # while the actors were starting: nothing new to save
+                raise TrainingStopped(e.signum, run_dir, start_step, last_checkpoint(run_dir)) from None
+            run_loop(trainer, start_step, stop)
     finally:
         trainer.close()
         if trainer.tracker is not None:
@@ -398,33 +414,56 @@ def train(cfg: Config, resume: str | Path | None = None, progress: bool = True) 
     return run_dir
 
 
-def run_loop(trainer: Trainer, start_step: int) -> None:
-    """Steps `start_step` … end with metrics, evaluation and checkpoints."""
+def run_loop(trainer: Trainer, start_step: int, stop: GracefulStop | None = None) -> None:
+    """Steps `start_step` … end with metrics, evaluation and checkpoints. `stop` (its handlers
+    installed by the caller) aborts or finishes the running step on SIGTERM/SIGINT.
+
+    Raises:
+        TrainingStopped: after a stop signal, once the last completed step is checkpointed (when the
+            learners were not mid-update) and its metrics logged.
+    """
     from tqdm import tqdm
 
-    cfg, total = trainer.cfg, total_steps(trainer.cfg)
+    cfg, total, stop = trainer.cfg, total_steps(trainer.cfg), stop or GracefulStop()
     bar = tqdm(total=total, initial=start_step, desc=f"train {cfg.train.recipe}", unit="step",
                disable=not trainer.progress, dynamic_ncols=True)
     last = ""  # the previous step's summary, shown beside the running phase
+    completed = saved = start_step  # steps whose update finished; the newest checkpoint on disk
+    pending: dict[str, float] | None = None  # a completed step's metrics not yet logged
 
     def show(phase: str) -> None:
+        stop.phase = phase
         bar.set_postfix_str(f"{phase}{' | ' + last if last else ''}")
 
     trainer.on_phase = show
     try:
         for step in range(start_step, total):
             metrics = trainer.step(step)
-            done = step + 1
+            completed = done = step + 1
+            pending = metrics
             if done == total or (cfg.train.eval_every and done % cfg.train.eval_every == 0):
                 show("dev evaluation")
                 metrics.update(trainer.evaluate_dev(done))
             trainer.tracker.log(metrics, step=done)
-            last = step_summary(metrics)
+            pending, last = None, step_summary(metrics)
             if done == total or (cfg.train.save_every and done % cfg.train.save_every == 0):
                 show("checkpoint")
                 trainer.save(done)
+                saved = done
             show("done" if done == total else "next step")
             bar.update(1)
+            stop.check()
+    except StopRequested as e:
+        log.warning("%s after %d completed steps: stopping", e, completed)
+        if pending is not None:
+            trainer.tracker.log(pending, step=completed)
+        if e.clean and completed > saved:
+            show("checkpoint")
+            try:
+                trainer.save(completed)
+            except StopRequested:  # a second signal: the newest complete checkpoint on disk stays the resume point
+                log.warning("second signal: the checkpoint of step %d was abandoned", completed)
+        raise TrainingStopped(e.signum, trainer.run_dir, completed, last_checkpoint(trainer.run_dir)) from None
     finally:
         trainer.on_phase = lambda phase: None
         bar.close()

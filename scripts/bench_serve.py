@@ -24,7 +24,8 @@ import sys
 import time
 from pathlib import Path
 
-from scripts.serve import sigterm_as_interrupt, served_config
+from scripts.cli import sigterm_as_interrupt
+from scripts.serve import served_config
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import signal
 import sys
+import threading
+import time
 
 from configs import DEFAULT_CONFIG, Config, ConfigError, add_config_args, config_from_args
 
@@ -16,7 +19,9 @@ def parse_config(parser: argparse.ArgumentParser, argv: list[str] | None = None,
     """The one command-line parser of the entry points: add `--config`, `key=value` overrides,
     `--verbose` and (with `resume`) `--resume RUN_DIR` to `parser`; parse `argv` (flags and
     overrides in any order; `--resume DIR` and `--resume=DIR` alike); set up logging
-    (`cluster.logs.setup_logging`); load and validate the config.
+    (`cluster.logs.setup_logging`); load and validate the config. SIGTERM then acts as Ctrl-C
+    (`sigterm_as_interrupt`), so the entry point's `finally` blocks stop what it started (its Ray
+    cluster, engines) in bounded time; training installs its own handlers over it (`pipelines.graceful_stop`).
 
     Without `--resume` the config is `--config` (default `default_config`; `args.config` is set to
     it). With `--resume` it is the run's own `config.yaml` with the overrides on top, and overrides
@@ -37,6 +42,8 @@ def parse_config(parser: argparse.ArgumentParser, argv: list[str] | None = None,
     add_verbose_arg(parser)
     args = parser.parse_intermixed_args(argv)  # flags may follow key=value overrides
     setup_logging(args.verbose)
+    if threading.current_thread() is threading.main_thread():  # Python delivers signals to the main thread only
+        signal.signal(signal.SIGTERM, sigterm_as_interrupt)
     try:
         if getattr(args, "resume", None):
             if args.config is not None:
@@ -68,3 +75,23 @@ def user_errors():
     except (ConfigError, DataPackError, BadRowError, IndexFormatError) as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def sigterm_as_interrupt(signum, frame):
+    """Signal handler: SIGTERM stops a server like Ctrl-C, so its `finally` cleanup runs (raises KeyboardInterrupt)."""
+    raise KeyboardInterrupt
+
+
+def serve_until_interrupted(lines: list[str]) -> int:
+    """Print `lines` (the server's URL and examples) and block until Ctrl-C or SIGTERM (with
+    `sigterm_as_interrupt` installed); then print `stopping` and return exit status 0. The caller's
+    `finally` removes what it started."""
+    for line in lines:
+        print(line)
+    print("Ctrl-C to stop", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        print("stopping", file=sys.stderr)
+        return 0

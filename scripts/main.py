@@ -52,8 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     from pipelines.data import pack_file
     from pipelines.evaluate import evaluate
     from pipelines.tracking import REWARD_CURVE, read_metrics
+    from pipelines.train import TrainConfigError, TrainingStopped, train, validate
     from pipelines.train_metrics import format_trend, learning_trend
-    from pipelines.train import TrainConfigError, train, validate
 
     with user_errors():  # everything a user can fix is checked before Ray starts
         try:
@@ -79,12 +79,19 @@ def main(argv: list[str] | None = None) -> int:
             except (TrainConfigError, ResourceFitError) as e:
                 print(f"error: {e}", file=sys.stderr)
                 return 2
+            except TrainingStopped as e:  # SIGTERM/SIGINT: actors stopped, last completed step checkpointed
+                print(e.message(), file=sys.stderr)
+                return e.exit_status
             train_s = time.perf_counter() - t1
             checkpoint = last_checkpoint(run_dir)
             t2 = time.perf_counter()
             evaluate(cfg, cfg.data.test, run_dir / "eval", checkpoint=checkpoint, limit=args.eval_limit,
                      sample=True, methods=EVAL_METHODS)
             eval_s = time.perf_counter() - t2
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (scripts.cli) while indexing or evaluating
+        print("stopped: run the same command again; the index build resumes at its first unfinished shard",
+              file=sys.stderr)
+        return 130
     finally:
         if started:
             ray.shutdown()

@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 
 from configs import DEFAULT_CONFIG, ConfigError, add_config_args, config_from_args
-from scripts.cli import user_errors
+from scripts.cli import sigterm_as_interrupt, user_errors
 
 SPLITS = ("train", "dev", "test")
 
@@ -142,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = config_from_args(args)
     except ConfigError as e:
         parser.exit(2, f"error: {e}\n")
+    signal.signal(signal.SIGTERM, sigterm_as_interrupt)  # as Ctrl-C: the actor session's cleanup runs
     from pipelines.prepare.common import PrepareError
     from pipelines.prepare.flashrag import import_flashrag_corpus, import_flashrag_qa
     from pipelines.prepare.r1_difficulty import prepare_r1_difficulty

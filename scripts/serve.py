@@ -17,11 +17,7 @@ import signal
 import sys
 import time
 
-from scripts.cli import parse_config, user_errors
-
-
-def sigterm_as_interrupt(signum, frame):
-    raise KeyboardInterrupt  # SIGTERM stops the server like Ctrl-C: the app and our cluster are removed
+from scripts.cli import parse_config, serve_until_interrupted, sigterm_as_interrupt, user_errors
 
 
 def _checkpoint_arg(argv: list[str] | None) -> tuple[str | None, str | None]:
@@ -76,17 +72,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
         name = cfg.serve.model_name or served.name
-        print(f"searcher {name} ({cfg.train.recipe}, {served.model}) ready in {time.perf_counter() - t0:.0f} s at {url}")
-        print(f"routes: POST {url}/v1/search  POST {url}/v1/search/stream  POST {url}/v1/chat/completions  "
-              f"GET {url}/v1/models  GET {url}/health  POST {url}/retrieve")
         auth = " -H \"Authorization: Bearer $SEARCHRL_API_TOKEN\"" if _token() else ""
         body = json.dumps({"question": "who wrote hamlet?"})
-        print(f"example: curl -s {url}/v1/search -H 'Content-Type: application/json'{auth} -d '{body}'")
-        print("Ctrl-C to stop", flush=True)
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        print("stopping", file=sys.stderr)
+        return serve_until_interrupted([
+            f"searcher {name} ({cfg.train.recipe}, {served.model}) ready in {time.perf_counter() - t0:.0f} s at {url}",
+            f"routes: POST {url}/v1/search  POST {url}/v1/search/stream  POST {url}/v1/chat/completions  "
+            f"GET {url}/v1/models  GET {url}/health  POST {url}/retrieve",
+            f"example: curl -s {url}/v1/search -H 'Content-Type: application/json'{auth} -d '{body}'",
+        ])
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM while still starting
         return 0
     finally:
         stop_app(local)  # our own cluster: Serve and Ray stop; a joined one: only our app is removed

@@ -13,13 +13,8 @@ import contextlib
 import json
 import signal
 import sys
-import time
 
-from scripts.cli import parse_config, user_errors
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt  # SIGTERM stops the server like Ctrl-C: Serve and Ray are shut down
+from scripts.cli import parse_config, serve_until_interrupted, sigterm_as_interrupt, user_errors
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     from cluster.ray_init import init_ray
 
     local = init_ray(cfg.ray)
-    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGTERM, sigterm_as_interrupt)
     try:
         try:
             pool = start_retrieval_pool(cfg.index.dir, cfg.retrieval, name="retrieval_pool")
@@ -51,13 +46,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
         body = json.dumps({"queries": ["who wrote hamlet?"], "topk": cfg.retrieval.topk, "return_scores": True})
-        print(f"retrieval server: POST {url}/retrieve   GET {url}/health")
-        print(f"example: curl -s {url}/retrieve -H 'Content-Type: application/json' -d '{body}'")
-        print("Ctrl-C to stop", flush=True)
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        print("stopping", file=sys.stderr)
+        return serve_until_interrupted([
+            f"retrieval server: POST {url}/retrieve   GET {url}/health",
+            f"example: curl -s {url}/retrieve -H 'Content-Type: application/json' -d '{body}'",
+        ])
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM while still starting
         return 0
     finally:
         # On a shared cluster remove only our app; on our own local cluster stop Serve entirely.

@@ -10,6 +10,10 @@ and reward_curves.png. `--resume RUN_DIR` (or `--resume=RUN_DIR`) continues a ru
 checkpoint with its own config.yaml, which is never rewritten; overrides may change only the step
 count, evaluation and saving cadence, logging and Ray settings (e.g. train.total_steps=40 to extend
 it) and go to config.resume-<step>.yaml; any other override is refused, naming the key.
+
+SIGTERM or Ctrl-C aborts the running step (or lets its update finish), checkpoints the last completed
+step, stops the actors and exits with 128 + the signal number, printing the `--resume` command; a
+second signal stops at once (`pipelines/graceful_stop.py`).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ def main(argv: list[str] | None = None) -> None:
     args, cfg = parse_config(parser, argv, resume=True)
     from cluster.roles import ResourceFitError
     from pipelines.tracking import REWARD_CURVE
-    from pipelines.train import TrainConfigError, train
+    from pipelines.train import TrainConfigError, TrainingStopped, train
 
     with user_errors():
         try:
@@ -39,6 +43,9 @@ def main(argv: list[str] | None = None) -> None:
         except (TrainConfigError, ResourceFitError, FileNotFoundError) as e:
             print(f"error: {e}", file=sys.stderr)
             raise SystemExit(2) from None
+        except TrainingStopped as e:  # SIGTERM/SIGINT: actors stopped, last completed step checkpointed
+            print(e.message(), file=sys.stderr)
+            raise SystemExit(e.exit_status) from None
     print(f"run directory: {run_dir}")
     print(f"metrics: {run_dir / 'metrics.jsonl'}")
     print(f"reward curves: {run_dir / REWARD_CURVE}")

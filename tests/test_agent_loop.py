@@ -210,3 +210,35 @@ def test_chat_model_path_is_token_exact(smollm2_tokenizer):
     assert Q1 in prompt and [r.action for r in t.turns] == ["Search", "Answer"] and t.reward == 1.0
     check_alignment(smollm2_tokenizer, t)
     assert t.loss_mask.count(0) == t.turns[0].observation_tokens > 0
+
+
+class _FlakyPool:
+    """A RetrievalPool handle whose first `failures` searches raise ShardUnavailableError."""
+
+    def __init__(self, failures: int):
+        from actors.retrieval.shard import ShardUnavailableError
+
+        self.calls, self.failures, self.error = 0, failures, ShardUnavailableError
+
+        async def remote(queries, k):
+            self.calls += 1
+            if self.calls <= self.failures:
+                raise self.error("shard 1 unavailable after 3 retries")
+            return [[{"doc_id": 7, "title": "t", "text": queries[0], "score": 1.0}][:k]]
+
+        self.search = type("Method", (), {"remote": staticmethod(remote)})()
+
+
+def test_pool_searcher_retries_a_down_shard_then_raises():
+    import asyncio
+
+    from actors.retrieval.shard import ShardUnavailableError
+    from actors.rollout.agent_loop import pool_searcher
+
+    pool = _FlakyPool(failures=2)
+    hits = asyncio.run(pool_searcher(pool, retries=3, backoff_s=0.0)("q", 1))
+    assert hits[0]["doc_id"] == 7 and pool.calls == 3
+    pool = _FlakyPool(failures=10)
+    with pytest.raises(ShardUnavailableError, match="shard 1"):
+        asyncio.run(pool_searcher(pool, retries=2, backoff_s=0.0)("q", 1))
+    assert pool.calls == 3  # the first try and 2 retries, then the error reaches the step

@@ -64,3 +64,17 @@ def test_wait_ready_has_a_deadline(ray_local, tmp_path):
             ActorSet.wait_ready([slow], timeout_s=1, what="the slow actor")
     finally:
         actors.stop(timeout_s=5)
+
+
+def test_remote_waits_have_a_deadline_naming_the_work(ray_local, tmp_path):
+    from actors.lifecycle import RemoteTimeoutError, get_within
+
+    actors = ActorSet()
+    slow = actors.start(_Recorder, str(tmp_path / "slow"), 30.0, num_cpus=0.1, max_concurrency=None)
+    try:
+        with pytest.raises(RemoteTimeoutError, match=r"rollout workers: 4 episodes: no result after 1 s"):
+            get_within([slow.ready.remote()], 1.0, "rollout workers: 4 episodes")
+        fast = actors.start(_NoShutdown, num_cpus=0.1)
+        assert get_within(fast.ready.remote(), 60.0, "fast") == 1
+    finally:
+        actors.stop(timeout_s=5)

@@ -36,14 +36,18 @@ class LearnerGroup:
         temperature: the rollout sampling temperature (policy only; see `PolicyLearner`).
         total_steps: the run's training steps (all stages); needed with a warm-up ratio, which is a
             fraction of them (`learner.warmup_ratio` / `critic_warmup_ratio`).
+        call_timeout_s: deadline (seconds) of each later call on the ranks (log-probs, update, save,
+            weight sync; `ray.call_timeout_s`); None waits for ever.
 
     Raises:
         ValueError: unknown role or a bad config (before any actor starts).
         TimeoutError (ray.exceptions.GetTimeoutError): the cluster cannot place the ranks in time.
+        actors.lifecycle.RemoteTimeoutError: a later call on the ranks passed `call_timeout_s`.
     """
 
     def __init__(self, role: str, config: LearnerConfig | Mapping[str, Any], name: str = "searchrl",
-                 timeout_s: float = 900.0, temperature: float = 1.0, total_steps: int | None = None):
+                 timeout_s: float = 900.0, temperature: float = 1.0, total_steps: int | None = None,
+                 call_timeout_s: float | None = None):
         import ray
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -51,7 +55,7 @@ class LearnerGroup:
         classes = {"policy": PolicyLearner, "critic": CriticLearner}
         if role not in classes:
             raise ValueError(f"LearnerGroup role must be one of {sorted(classes)}, got {role!r}")
-        self.role = role
+        self.role, self.call_timeout_s = role, call_timeout_s
         self.config = config if isinstance(config, LearnerConfig) else LearnerConfig(**dict(config))
         c, world = self.config, self.config.num_ranks
         bundle = {"CPU": c.cpus_per_rank, **({"GPU": c.gpus_per_rank} if c.gpus_per_rank else {})}
@@ -75,9 +79,10 @@ class LearnerGroup:
         return len(self.actors)
 
     def _all(self, method: str, *args: Any, timeout_s: float | None = None) -> list[Any]:
-        import ray
+        from actors.lifecycle import get_within
 
-        return ray.get([getattr(a, method).remote(*args) for a in self.actors], timeout=timeout_s)
+        refs = [getattr(a, method).remote(*args) for a in self.actors]
+        return get_within(refs, timeout_s or self.call_timeout_s, f"{self.role} learner ranks: {method}")
 
     def _gather_rows(self, parts: Sequence[Mapping[str, torch.Tensor]], key: str, batch: TrainBatch) -> torch.Tensor:
         out = torch.zeros((batch.size, batch.response_len))
@@ -121,13 +126,16 @@ class LearnerGroup:
         """
         import ray
 
+        from actors.lifecycle import get_within
+
         if self.role != "policy":
             raise ValueError("sync_weights: only the policy group has weights for the rollout workers")
         t0 = time.perf_counter()
         named = self._all("named_weights", self.config.sync_dtype)[0]
         ref = ray.put(named)
         t1 = time.perf_counter()
-        versions = ray.get([w.update_weights.remote(ref, version) for w in rollout_workers])
+        versions = get_within([w.update_weights.remote(ref, version) for w in rollout_workers], self.call_timeout_s,
+                              f"rollout workers: loading weights version {version}")
         t2 = time.perf_counter()
         if any(v != version for v in versions):
             raise RuntimeError(f"sync_weights: workers report versions {versions}, expected {version}")

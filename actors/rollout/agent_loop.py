@@ -302,11 +302,30 @@ def stop_prefix_length(decode: Callable[[Sequence[int]], str], ids: Sequence[int
     return lo
 
 
-def pool_searcher(pool: Any) -> Searcher:
-    """A searcher over a RetrievalPool actor handle (one query per call; the pool micro-batches)."""
+def pool_searcher(pool: Any, retries: int = 3, backoff_s: float = 1.0) -> Searcher:
+    """A searcher over a RetrievalPool actor handle (one query per call; the pool micro-batches).
+
+    A search that fails because a shard stayed down through the pool's own restart wait
+    (`ShardUnavailableError`) or because the pool actor itself is dead or restarting is retried
+    `retries` times, waiting `backoff_s` * 2**attempt seconds between tries; the last failure is
+    raised (the step fails with it, naming the shard), so no episode is dropped in silence.
+    """
+    import logging
+
+    from ray.exceptions import ActorUnavailableError, RayActorError
+
+    from actors.retrieval.shard import ShardUnavailableError
 
     async def search(query: str, k: int):
         """Top-`k` hits for `query` from the pool, best first (dicts with doc_id, title, text, score)."""
-        return (await pool.search.remote([query], k))[0]
+        for attempt in range(retries + 1):
+            try:
+                return (await pool.search.remote([query], k))[0]
+            except (ShardUnavailableError, RayActorError, ActorUnavailableError) as e:
+                if attempt == retries:
+                    raise
+                logging.getLogger(__name__).warning("search failed (%s: %s); retry %d/%d", type(e).__name__, e,
+                                                    attempt + 1, retries)
+                await asyncio.sleep(backoff_s * 2**attempt)
 
     return search

@@ -1,0 +1,73 @@
+"""SIGTERM to a real `scripts.train` process (tiny Gemma policy on the transformers backend, the real
+retrieval pool over a 2-shard index, its own Ray cluster): it stops within a bounded time, checkpoints
+the last completed step, stops its cluster, prints the `--resume` command and exits 143; the resume
+then finishes the run from that checkpoint. Slow: two short training processes (about 3 minutes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.test_train import _tiny_run
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _wait_for_step(run_root: Path, proc: subprocess.Popen, log: Path, timeout_s: float) -> Path:
+    """The run directory, once its metrics.jsonl holds step 1."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        runs = [p for p in run_root.glob("r1_searcher-*") if (p / "metrics.jsonl").is_file()]
+        if runs and (runs[0] / "metrics.jsonl").read_text().strip():
+            return runs[0]
+        assert proc.poll() is None, f"scripts.train exited with {proc.returncode}:\n{log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"no step after {timeout_s} s:\n{log.read_text()[-3000:]}"
+        time.sleep(0.5)
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_stops_and_resumes(small_index, tiny_gemma_dir, tmp_path):
+    cfg = _tiny_run("configs/r1_searcher_cpu.yaml", small_index, tiny_gemma_dir, tmp_path / "runs",
+                    "train.total_steps=40", "train.stages=[]", "train.eval_questions=0", "ray.num_cpus=4")
+    config = tmp_path / "config.yaml"
+    from pipelines.train import cfg_to_yaml
+
+    config.write_text(cfg_to_yaml(cfg))
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # its own cluster
+    log = tmp_path / "train.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "scripts.train", "--config", str(config), "--no-progress"],
+                                cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+    try:
+        run_dir = _wait_for_step(tmp_path / "runs", proc, log, timeout_s=600)
+        proc.send_signal(signal.SIGTERM)
+        t0 = time.monotonic()
+        status = proc.wait(timeout=180)
+        stop_s = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = log.read_text()
+    assert status == 128 + signal.SIGTERM, text[-3000:]
+    assert f"resume: .venv/bin/python -m scripts.train --resume {run_dir}" in text, text[-3000:]
+    from pipelines.checkpoints import last_checkpoint
+
+    checkpoint = last_checkpoint(run_dir)
+    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert checkpoint is not None and int(checkpoint.name.split("-")[1]) == steps[-1] < 40, (checkpoint, steps)
+    print(f"stopped {stop_s:.1f} s after SIGTERM at step {steps[-1]}")
+
+    done = steps[-1] + 1
+    resumed = subprocess.run([sys.executable, "-m", "scripts.train", "--resume", str(run_dir), "--no-progress",
+                              f"train.total_steps={done}"], cwd=REPO, env=env, capture_output=True, text=True,
+                             timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    rows = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1] == done and last_checkpoint(run_dir).name == f"step-{done}"
