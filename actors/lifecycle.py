@@ -92,7 +92,9 @@ class RemoteTimeoutError(TimeoutError):
 
 
 def get_within(refs: Any, timeout_s: float | None, what: str) -> Any:
-    """`ray.get(refs)` with a deadline of `timeout_s` seconds (None: wait for ever).
+    """`ray.get(refs)` with a deadline of `timeout_s` seconds (None: wait for ever), failing fast:
+    the first failed ref raises at once, while the others may still be running (a dead learner rank
+    leaves its peers blocked in a collective; waiting for them would take the collective's timeout).
 
     Args:
         refs: one ObjectRef or a list of them.
@@ -100,16 +102,22 @@ def get_within(refs: Any, timeout_s: float | None, what: str) -> Any:
 
     Raises:
         RemoteTimeoutError: not done within `timeout_s`; the message names `what` and the seconds waited.
-        Whatever the remote call raised (Ray's RayActorError for a dead actor, RayTaskError otherwise).
+        Whatever a remote call raised (Ray's RayActorError for a dead actor, RayTaskError otherwise).
     """
     import ray
 
+    single = not isinstance(refs, list)
+    pending = [refs] if single else list(refs)
     t0 = time.monotonic()
-    try:
-        return ray.get(refs, timeout=timeout_s)
-    except ray.exceptions.GetTimeoutError as e:
-        raise RemoteTimeoutError(f"{what}: no result after {time.monotonic() - t0:.0f} s (deadline {timeout_s:.0f} s, "
-                                 "ray.call_timeout_s); see the actors' logs") from e
+    while pending:
+        left = None if timeout_s is None else max(0.0, timeout_s - (time.monotonic() - t0))
+        done, pending = ray.wait(pending, num_returns=1, timeout=left)
+        if not done:
+            raise RemoteTimeoutError(f"{what}: no result after {time.monotonic() - t0:.0f} s (deadline "
+                                     f"{timeout_s:.0f} s, ray.call_timeout_s); see the actors' logs")
+        ray.get(done)  # raises the remote error now
+    out = ray.get([refs] if single else refs)
+    return out[0] if single else out
 
 
 def _name(handle: Any) -> str:

@@ -217,6 +217,10 @@ class RayConfig(StrictModel):
         7200.0, gt=0, description="Deadline (seconds) of one remote call of a step: a rollout batch, a log-prob "
         "pass, an update, a weight sync; past it the step fails with an error naming the actor and the work.",
     )
+    max_restarts: int = Field(
+        3, ge=-1, description="Restarts of a crashed rollout worker or frozen LLM actor (-1 = unlimited); a "
+        "rollout worker's in-flight episodes are re-run, a frozen LLM's scoring calls retried.",
+    )
 
 
 class LearnerConfig(StrictModel):
@@ -345,6 +349,10 @@ class EvalConfig(StrictModel):
         0, ge=0, description="MIRAGE questions evaluated beside the QA file (a seeded sample spread over its five "
         "sets; more than the file holds = all of it), scored by the judge alone (s3 A.4); 0 = none.",
     )
+    acc_l: bool = Field(
+        False, description="Add R1-Searcher's ACC_L column (§3.1 LLM-as-Judge with the paper's Judge Prompt; the "
+        "evaluation's judge model stands in for GPT-4o-mini).",
+    )
 
 
 class PrepareConfig(StrictModel):
@@ -397,6 +405,11 @@ class TrainConfig(StrictModel):
         "older saved steps keep only their Hugging Face weights.",
     )
     save_rollouts: bool = Field(True, description="Write each step's trajectories to rollouts/step-<n>.jsonl.gz.")
+    max_learner_restarts: int = Field(
+        2, ge=0, description="Times a run rebuilds its learners after a rank died (0 = fail the run): from the last "
+        "checkpoint (save_every; the steps since are redone in the same data order) or, with none yet, from the "
+        "starting model at step 0.",
+    )
     wandb: WandbConfig = Field(default_factory=WandbConfig, description="wandb logging.")
 
     @field_validator("recipe")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 STATE_FILE = "trainer_state.json"
@@ -60,3 +61,13 @@ def prune_checkpoints(run_dir: str | Path, keep: int) -> list[Path]:
 def dir_bytes(path: str | Path) -> int:
     """Size of the files under `path` (bytes)."""
     return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+
+
+def save_rollouts(path: Path, trajs: Sequence[dict]) -> None:
+    """One step's trajectories (with rewards) as gzip JSONL, for inspection and `--resume` checks."""
+    import gzip
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt") as f:
+        for t in trajs:
+            f.write(json.dumps(t) + "\n")

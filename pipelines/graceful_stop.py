@@ -18,7 +18,8 @@ from collections.abc import Iterator
 log = logging.getLogger(__name__)
 
 # Phases (Trainer.on_phase names) during which the learners are not being changed.
-ABORTABLE_PHASES = frozenset({"start", "rollout+score", "logprobs+advantages", "dev evaluation", "next step"})
+ABORTABLE_PHASES = frozenset({"start", "rollout+score", "logprobs+advantages", "dev evaluation", "next step",
+                              "rebuilding learners"})
 
 
 class StopRequested(Exception):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -26,8 +27,9 @@ from typing import Any
 import torch
 
 from configs.schema import Config
-from pipelines.checkpoints import STATE_FILE, dir_bytes, last_checkpoint, prune_checkpoints
+from pipelines.checkpoints import STATE_FILE, dir_bytes, last_checkpoint, prune_checkpoints, save_rollouts
 from pipelines.graceful_stop import GracefulStop, StopRequested, TrainingStopped
+from pipelines.run_loop import run_loop
 
 log = logging.getLogger(__name__)
 
@@ -155,12 +157,14 @@ class Trainer:
         self.tracker = None
         self._questions: dict[str, list[dict]] = {}
         self.on_phase: Any = lambda phase: None  # called with "rollout", "prepare", ... as a step moves on
+        self.weight_version = 0  # the policy version the rollout workers hold
+        self.faults: Counter = Counter()  # failures and recoveries since the last step's metrics
+        self.learner_restarts = 0
 
     # -- setup ------------------------------------------------------------------------------------------
     def start(self) -> None:
         """Create every actor (retrieval pool, frozen LLMs, learners, reference, rollout workers)."""
         from actors.frozen.worker import start_frozen_llm
-        from actors.learner.group import LearnerGroup
         from actors.learner.reference import ReferenceModel
         from actors.retrieval.pool import start_retrieval_pool
         from actors.rollout.worker import start_rollout_workers
@@ -171,18 +175,52 @@ class Trainer:
         n_frozen = frozen_llm_count(cfg)  # the same count the resource plan reserved CPUs/GPUs for
         frozen = [start_frozen_llm(actors, cfg, role) for role in ("generator", "judge")[:n_frozen]]
         generator, judge = (frozen + frozen)[:2] if frozen else (None, None)  # one actor judges too
-        name = f"searchrl-{self.run_dir.name}"
-        steps = total_steps(cfg)  # warm-up ratios are fractions of the run's training steps
-        deadline = cfg.ray.call_timeout_s
-        self.policy = LearnerGroup("policy", cfg.learner, name=name, temperature=temperature, total_steps=steps,
-                                   call_timeout_s=deadline)
-        if cfg.algorithm.needs_critic:
-            self.critic = LearnerGroup("critic", cfg.learner, name=name, total_steps=steps, call_timeout_s=deadline)
-        if cfg.algorithm.kl_coef > 0:
+        self.start_learners()
+        if cfg.algorithm.kl_coef > 0:  # frozen and stateless: a restart reloads it
             self.reference = actors.start(ReferenceModel, cfg.learner, temperature=temperature, max_concurrency=None,
-                                          num_cpus=cfg.learner.cpus_per_rank, num_gpus=cfg.learner.gpus_per_rank)
+                                          num_cpus=cfg.learner.cpus_per_rank, num_gpus=cfg.learner.gpus_per_rank,
+                                          options={"max_restarts": cfg.ray.max_restarts})
         self.workers = start_rollout_workers(actors, cfg, self.pool, generator, judge)
         actors.wait_ready(self.workers + frozen, timeout_s=1800, what="rollout workers and frozen LLMs")
+
+    def start_learners(self) -> None:
+        """Create the policy group (and the critic's for PPO) on fresh placement groups."""
+        from actors.learner.group import LearnerGroup
+
+        cfg, name = self.cfg, f"searchrl-{self.run_dir.name}"
+        name += f"-r{self.learner_restarts}" if self.learner_restarts else ""  # placement group names stay unique
+        common = {"name": name, "total_steps": total_steps(cfg), "call_timeout_s": cfg.ray.call_timeout_s}
+        self.policy = LearnerGroup("policy", cfg.learner, temperature=cfg.rollout.temperature, **common)
+        if cfg.algorithm.needs_critic:
+            self.critic = LearnerGroup("critic", cfg.learner, **common)
+
+    def recover_learners(self, error: Exception, step: int) -> int:
+        """After a learner rank died during `step` (0-based): stop both groups, start them again, load
+        the last checkpoint (or keep the starting model when there is none) and give the rollout
+        workers those weights. Returns the step to go on from (the checkpoint's, or 0).
+
+        Raises:
+            `error`: more than `train.max_learner_restarts` recoveries in this run.
+        """
+        self.faults["learner_restarts"] += 1
+        self.learner_restarts += 1
+        if self.learner_restarts > self.cfg.train.max_learner_restarts:
+            raise error
+        for group in (self.policy, self.critic):
+            if group is not None:
+                group.shutdown()  # the dead rank's shutdown fails (logged); the others leave the process group
+        self.policy = self.critic = None
+        self.start_learners()
+        checkpoint = last_checkpoint(self.run_dir)
+        if checkpoint is not None:
+            back_to = self.resume(checkpoint)
+        else:
+            self.policy.sync_weights(self.workers, version=0)
+            self.weight_version = back_to = 0
+        self.faults["steps_redone"] += step - back_to
+        log.warning("%s; learners rebuilt (%d/%d), going on from step %d (%s)", error, self.learner_restarts,
+                    self.cfg.train.max_learner_restarts, back_to, checkpoint or "the starting model")
+        return back_to
 
     def questions(self, file_name: str, limit: int | None) -> list[dict]:
         """Questions of a pack file as dicts (id, question, golden_answers, dataset, meta); cached."""
@@ -200,22 +238,49 @@ class Trainer:
     def rollout(self, examples: Sequence[dict], recipe_options: dict, n: int, temperature: float,
                 seed: int) -> list[dict]:
         """Episodes of every example on the workers (examples split evenly); trajectories as dicts.
+        A dead worker's part is re-run (`pipelines.rollout_dispatch`): each (question, sample) once.
 
         Raises:
             RemoteTimeoutError: the workers did not finish within `ray.call_timeout_s`.
+            EpisodeSetError: (question, sample) pairs lost or duplicated.
         """
-        from actors.lifecycle import get_within
+        from pipelines.rollout_dispatch import check_episodes, run_parts
 
         ro = self.cfg.rollout
         sampling = {"temperature": temperature, "top_p": ro.top_p if temperature > 0 else 1.0, "seed": seed}
         limits = {"max_new_tokens_per_turn": ro.max_new_tokens_per_turn,
                   "max_observation_tokens": ro.max_observation_tokens, "max_total_tokens": ro.max_total_tokens}
-        parts = [list(examples[i :: len(self.workers)]) for i in range(len(self.workers))]
-        futures = [w.run.remote(part, self.cfg.train.recipe, recipe_config=recipe_options, n=n, sampling=sampling,
-                                limits=limits, chat=ro.chat, compute_reward=True)
-                   for w, part in zip(self.workers, parts) if part]
-        what = f"rollout workers: {len(examples) * n} episodes"
-        return [t for result in get_within(futures, self.cfg.ray.call_timeout_s, what) for t in result]
+        parts = [p for p in (list(examples[i :: len(self.workers)]) for i in range(len(self.workers))) if p]
+
+        def submit(worker: Any, part: list[dict]) -> Any:
+            return worker.run.remote(part, self.cfg.train.recipe, recipe_config=recipe_options, n=n, sampling=sampling,
+                                     limits=limits, chat=ro.chat, compute_reward=True)
+
+        def resync(worker: Any) -> None:
+            self.policy.sync_weights([worker], version=self.weight_version)
+
+        results, faults = run_parts(self.workers, parts, submit, self.cfg.ray.call_timeout_s,
+                                    f"rollout workers: {len(examples) * n} episodes", resync,
+                                    stale=lambda r: any(t["weight_version"] != self.weight_version for t in r))
+        self.faults.update(faults)
+        trajs = [t for result in results for t in result]
+        check_episodes(trajs, examples, n)
+        return trajs
+
+    def take_faults(self) -> dict[str, float]:
+        """`faults/*` counts since the last call (`pipelines.train_metrics.fault_metrics`)."""
+        import ray
+
+        from pipelines.train_metrics import fault_metrics
+
+        for worker in self.workers:
+            try:
+                self.faults.update(ray.get(worker.take_faults.remote(), timeout=60))
+            except Exception as e:  # noqa: BLE001 - a dead worker's counts are lost; its death was counted
+                log.warning("fault counts of a rollout worker unavailable: %s", type(e).__name__)
+        out = fault_metrics(self.faults)
+        self.faults.clear()
+        return out
 
     def step(self, step: int) -> dict[str, float]:
         """One training step (0-based `step`); returns its metrics."""
@@ -266,10 +331,12 @@ class Trainer:
         timings["update_s"] = time.perf_counter() - t
         self.on_phase("weight sync")
         sync = self.policy.sync_weights(self.workers, version=step + 1)
+        self.weight_version = step + 1
 
         metrics = {"step": float(step + 1), "stage": float(stage + 1)}
         metrics.update(rollout_metrics(trajs))
         metrics.update(learner_metrics(policy_m, critic_m))
+        metrics.update(self.take_faults())
         if ref is not None:
             from algorithms import kl_estimate, masked_mean
 
@@ -319,7 +386,8 @@ class Trainer:
         if self.critic is not None:
             self.critic.load_checkpoint(str(checkpoint))
         self.policy.sync_weights(self.workers, version=int(state["step"]))
-        return int(state["step"])
+        self.weight_version = int(state["step"])
+        return self.weight_version
 
     @property
     def pad_token_id(self) -> int:
@@ -346,16 +414,6 @@ class Trainer:
                     log.warning("learner shutdown failed: %s: %s", type(e).__name__, e)
         self.actors.stop()
         sweep_stale_shm()  # what a killed engine or rank left in /dev/shm
-
-
-def save_rollouts(path: Path, trajs: Sequence[dict]) -> None:
-    """One step's trajectories (with rewards) as gzip JSONL, for inspection and `--resume` checks."""
-    import gzip
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with gzip.open(path, "wt") as f:
-        for t in trajs:
-            f.write(json.dumps(t) + "\n")
 
 
 def train(cfg: Config, resume: str | Path | None = None, progress: bool = True) -> Path:
@@ -412,70 +470,6 @@ def train(cfg: Config, resume: str | Path | None = None, progress: bool = True) 
             ray.shutdown()
         remove_run_log(run_dir)
     return run_dir
-
-
-def run_loop(trainer: Trainer, start_step: int, stop: GracefulStop | None = None) -> None:
-    """Steps `start_step` … end with metrics, evaluation and checkpoints. `stop` (its handlers
-    installed by the caller) aborts or finishes the running step on SIGTERM/SIGINT.
-
-    Raises:
-        TrainingStopped: after a stop signal, once the last completed step is checkpointed (when the
-            learners were not mid-update) and its metrics logged.
-    """
-    from tqdm import tqdm
-
-    cfg, total, stop = trainer.cfg, total_steps(trainer.cfg), stop or GracefulStop()
-    bar = tqdm(total=total, initial=start_step, desc=f"train {cfg.train.recipe}", unit="step",
-               disable=not trainer.progress, dynamic_ncols=True)
-    last = ""  # the previous step's summary, shown beside the running phase
-    completed = saved = start_step  # steps whose update finished; the newest checkpoint on disk
-    pending: dict[str, float] | None = None  # a completed step's metrics not yet logged
-
-    def show(phase: str) -> None:
-        stop.phase = phase
-        bar.set_postfix_str(f"{phase}{' | ' + last if last else ''}")
-
-    trainer.on_phase = show
-    try:
-        for step in range(start_step, total):
-            metrics = trainer.step(step)
-            completed = done = step + 1
-            pending = metrics
-            if done == total or (cfg.train.eval_every and done % cfg.train.eval_every == 0):
-                show("dev evaluation")
-                metrics.update(trainer.evaluate_dev(done))
-            trainer.tracker.log(metrics, step=done)
-            pending, last = None, step_summary(metrics)
-            if done == total or (cfg.train.save_every and done % cfg.train.save_every == 0):
-                show("checkpoint")
-                trainer.save(done)
-                saved = done
-            show("done" if done == total else "next step")
-            bar.update(1)
-            stop.check()
-    except StopRequested as e:
-        log.warning("%s after %d completed steps: stopping", e, completed)
-        if pending is not None:
-            trainer.tracker.log(pending, step=completed)
-        if e.clean and completed > saved:
-            show("checkpoint")
-            try:
-                trainer.save(completed)
-            except StopRequested:  # a second signal: the newest complete checkpoint on disk stays the resume point
-                log.warning("second signal: the checkpoint of step %d was abandoned", completed)
-        raise TrainingStopped(e.signum, trainer.run_dir, completed, last_checkpoint(trainer.run_dir)) from None
-    finally:
-        trainer.on_phase = lambda phase: None
-        bar.close()
-
-
-def step_summary(metrics: dict[str, float]) -> str:
-    """One line of a step's headline numbers: reward, searches and valid actions per episode, and
-    seconds per phase (rollout incl. scoring, log-probs and advantages, update, weight sync)."""
-    t = {k: metrics.get(f"time/{k}_s", 0.0) for k in ("rollout", "prepare", "update", "sync")}
-    return (f"reward {metrics.get('rollout/reward_mean', 0.0):.3f} searches {metrics.get('rollout/searches_per_episode', 0.0):.2f} "
-            f"valid {metrics.get('rollout/valid_action_rate', 0.0):.2f} | rollout {t['rollout']:.0f}s "
-            f"prep {t['prepare']:.0f}s update {t['update']:.0f}s sync {t['sync']:.0f}s")
 
 
 def cfg_to_yaml(cfg: Config) -> str:

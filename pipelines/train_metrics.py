@@ -96,3 +96,24 @@ def format_trend(trend: Sequence[Mapping[str, Any]]) -> str:
     lines = [f"| metric | first {k} steps | last {k} steps | change |", "| --- | ---: | ---: | ---: |"]
     lines += [f"| {t['name']} | {t['first']:.3f} | {t['last']:.3f} | {t['change']:+.3f} |" for t in trend]
     return "\n".join(lines)
+
+
+def step_summary(metrics: dict[str, float]) -> str:
+    """One line of a step's headline numbers: reward, searches and valid actions per episode, and
+    seconds per phase (rollout incl. scoring, log-probs and advantages, update, weight sync)."""
+    t = {k: metrics.get(f"time/{k}_s", 0.0) for k in ("rollout", "prepare", "update", "sync")}
+    return (f"reward {metrics.get('rollout/reward_mean', 0.0):.3f} searches {metrics.get('rollout/searches_per_episode', 0.0):.2f} "
+            f"valid {metrics.get('rollout/valid_action_rate', 0.0):.2f} | rollout {t['rollout']:.0f}s "
+            f"prep {t['prepare']:.0f}s update {t['update']:.0f}s sync {t['sync']:.0f}s")
+
+
+FAULT_KEYS = ("rollout_worker_deaths", "rollout_parts_rerun", "rollout_stale_parts", "search_retries",
+              "scoring_retries", "learner_restarts", "steps_redone")
+
+
+def fault_metrics(counts: Mapping[str, int]) -> dict[str, float]:
+    """Failures and recoveries under `faults/...` keys, every key of FAULT_KEYS present (0 when
+    nothing failed, so the curves are continuous): rollout worker deaths, the parts re-run, parts
+    re-run because a restarted worker sampled with old weights, learner rebuilds and the steps they
+    redid (counted by the driver), search and frozen-LLM scoring retries (counted by the workers)."""
+    return {f"faults/{k}": float(counts.get(k, 0)) for k in FAULT_KEYS}

@@ -14,7 +14,7 @@ import pytest
 
 from pipelines.checkpoints import STATE_FILE
 from pipelines.graceful_stop import GracefulStop, StopRequested, TrainingStopped
-from pipelines.train import run_loop
+from pipelines.run_loop import run_loop
 
 
 class ScriptedTrainer:

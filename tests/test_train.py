@@ -263,7 +263,7 @@ def test_vllm_rollouts_and_a_scripted_reward_move_the_policy_toward_rewarded_epi
 
 
 def test_step_summary_names_the_headline_numbers_and_phase_times():
-    from pipelines.train import step_summary
+    from pipelines.train_metrics import step_summary
 
     line = step_summary({"rollout/reward_mean": 0.4567, "rollout/searches_per_episode": 1.25,
                          "rollout/valid_action_rate": 0.5, "time/rollout_s": 61.2, "time/prepare_s": 9.9,

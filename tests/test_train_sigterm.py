@@ -71,3 +71,55 @@ def test_sigterm_checkpoints_stops_and_resumes(small_index, tiny_gemma_dir, tmp_
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     rows = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1] == done and last_checkpoint(run_dir).name == f"step-{done}"
+
+
+def _step_questions(run_dir: Path, step: int) -> list[str]:
+    import gzip
+
+    with gzip.open(run_dir / "rollouts" / f"step-{step}.jsonl.gz", "rt") as f:
+        return list(dict.fromkeys(json.loads(line)["group_id"] for line in f))
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_continues_in_the_same_data_order(small_index, tiny_gemma_dir, tmp_path):
+    """SIGKILL of the driver and everything it started (its process group, the local Ray cluster
+    included: a lost node), then `--resume`: the run ends with every step's metrics, and each step's
+    questions are the ones an uninterrupted run takes at that step (`batch_indices`)."""
+    from pipelines.checkpoints import last_checkpoint
+    from pipelines.data import iter_qa, pack_file
+    from pipelines.train import batch_indices, cfg_to_yaml, stage_at
+
+    cfg = _tiny_run("configs/r1_searcher_cpu.yaml", small_index, tiny_gemma_dir, tmp_path / "runs",
+                    "train.total_steps=3", "train.stages=[]", "train.eval_questions=0", "train.save_every=1",
+                    "ray.num_cpus=4")
+    config = tmp_path / "config.yaml"
+    config.write_text(cfg_to_yaml(cfg))
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    log = tmp_path / "train.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "scripts.train", "--config", str(config), "--no-progress"],
+                                cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+    try:
+        run_dir = _wait_for_step(tmp_path / "runs", proc, log, timeout_s=600)
+        deadline = time.monotonic() + 300
+        while last_checkpoint(run_dir) is None:
+            assert time.monotonic() < deadline and proc.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.5)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    killed_at = int(last_checkpoint(run_dir).name.split("-")[1])
+    assert killed_at < 3
+    resumed = subprocess.run([sys.executable, "-m", "scripts.train", "--resume", str(run_dir), "--no-progress"],
+                             cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    rows = {json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()}
+    assert rows == {1, 2, 3} and last_checkpoint(run_dir).name == "step-3"
+    pool = [q for q in iter_qa(pack_file(stage_at(cfg, 0)[2], cfg.data.dir), limit=cfg.train.train_limit)]
+    for step in (1, 2, 3):
+        idx = batch_indices(step - 1, cfg.train.questions_per_step, len(pool), cfg.seed, cfg.train.shuffle)
+        want = [f"{pool[i].dataset}/{pool[i].id}" if pool[i].dataset else pool[i].id for i in idx]
+        assert _step_questions(run_dir, step) == want, step

@@ -16,7 +16,7 @@ from typing import Any
 
 from actors.engines.base import Engine, Sampling
 from recipes.base import ANSWER_PROMPT
-from recipes.metrics import judge_prompt, parse_judge
+from recipes.metrics import acc_l_prompt, judge_prompt, parse_judge, parse_true_false
 
 TAIL_TOKENS = 160  # kept from the end of an over-long prompt: the question and the answer cue
 
@@ -100,6 +100,10 @@ class FrozenLLM:
         """s3 judge_check (Fig. 13): does the response contain one of the gold answers?"""
         return parse_judge(await self.complete(judge_prompt(response, list(golden_answers))))
 
+    async def acc_l(self, question: str, golden_answers: Sequence[str], prediction: str) -> bool:
+        """R1-Searcher's ACC_L (§3.1): does `prediction` fully align with the gold answer? (the paper's Judge Prompt)"""
+        return parse_true_false(await self.complete(acc_l_prompt(question, list(golden_answers), prediction)))
+
 
 class ThreadScorer:
     """The synchronous `Scorer` interface over `FrozenLLM`s running on an asyncio loop in another
@@ -133,27 +137,51 @@ class ThreadScorer:
 
 
 class ActorScorer:
-    """The synchronous `Scorer` interface over FrozenLLM Ray actors (`FrozenLLMActor` handles)."""
+    """The synchronous `Scorer` interface over FrozenLLM Ray actors (`FrozenLLMWorker` handles).
 
-    def __init__(self, generator: Any, judge_llm: Any | None = None, timeout_s: float = 600.0):
+    A call whose actor died or is restarting (Ray's `RayActorError` / `ActorUnavailableError`) is
+    retried `retries` times, `backoff_s` * 2**attempt seconds apart (answers are greedy and cached, so
+    a retry gives the same answer); `on_retry()` is called before each retry (fault counters).
+    """
+
+    def __init__(self, generator: Any, judge_llm: Any | None = None, timeout_s: float = 600.0, retries: int = 3,
+                 backoff_s: float = 1.0, on_retry: Any = None):
         self.generator, self.judge_llm, self.timeout_s = generator, judge_llm or generator, timeout_s
+        self.retries, self.backoff_s, self.on_retry = retries, backoff_s, on_retry
+
+    def _call(self, method: Any, *args: Any) -> Any:
+        import logging
+        import time
+
+        import ray
+        from ray.exceptions import ActorUnavailableError, RayActorError
+
+        for attempt in range(self.retries + 1):
+            try:
+                return ray.get(method.remote(*args), timeout=self.timeout_s)
+            except (RayActorError, ActorUnavailableError) as e:
+                if attempt == self.retries:
+                    raise
+                logging.getLogger(__name__).warning("frozen LLM call failed (%s); retry %d/%d", type(e).__name__,
+                                                    attempt + 1, self.retries)
+                if self.on_retry is not None:
+                    self.on_retry()
+                time.sleep(self.backoff_s * 2**attempt)
 
     def generate_answer(self, question: str, context: str, template: str = ANSWER_PROMPT) -> str:
         """Blocking `generate_answer` on the generator actor (s3 Fig. 12 template by default).
 
         Raises:
             ray.exceptions.GetTimeoutError: no answer within `timeout_s` seconds.
+            RayActorError: the actor stayed down through every retry.
         """
-        import ray
-
-        return ray.get(self.generator.generate_answer.remote(question, context, template), timeout=self.timeout_s)
+        return self._call(self.generator.generate_answer, question, context, template)
 
     def judge(self, response: str, golden_answers: Sequence[str]) -> bool:
         """Blocking `judge` on the judge actor (s3 Fig. 13): does `response` contain a gold answer?
 
         Raises:
             ray.exceptions.GetTimeoutError: no verdict within `timeout_s` seconds.
+            RayActorError: the actor stayed down through every retry.
         """
-        import ray
-
-        return ray.get(self.judge_llm.judge.remote(response, list(golden_answers)), timeout=self.timeout_s)
+        return self._call(self.judge_llm.judge, response, list(golden_answers))

@@ -46,6 +46,10 @@ class FrozenLLMWorker:
         """s3's judge_check (Fig. 13): does `response` contain a gold answer?"""
         return await (await self._llm()).judge(response, golden_answers)
 
+    async def acc_l(self, question: str, golden_answers: list[str], prediction: str) -> bool:
+        """R1-Searcher's ACC_L judge verdict (§3.1) on `prediction`."""
+        return await (await self._llm()).acc_l(question, golden_answers, prediction)
+
     async def stats(self) -> dict[str, int]:
         """Cache and generation counters of the `FrozenLLM`."""
         return dict((await self._llm()).stats)
@@ -57,8 +61,10 @@ class FrozenLLMWorker:
 
 def start_frozen_llm(actors: ActorSet, cfg: Any, role: Role = "generator", chat: bool | None = None) -> Any:
     """Start the frozen LLM of `role` ("generator", "judge" or "verifier") of `cfg` (engine from
-    `engine_spec`, `frozen.max_answer_tokens`, `frozen.num_cpus` / `num_gpus`). Returns the handle
-    (not yet ready: see `ActorSet.wait_ready`)."""
+    `engine_spec`, `frozen.max_answer_tokens`, `frozen.num_cpus` / `num_gpus`). Ray restarts a crashed
+    one up to `ray.max_restarts` times; its answer cache starts empty again and refills (answers are
+    greedy, so the rebuilt cache holds the same answers). Returns the handle (not yet ready: see
+    `ActorSet.wait_ready`)."""
     fr = cfg.frozen
     return actors.start(FrozenLLMWorker, engine_spec(cfg, role), chat=chat, max_answer_tokens=fr.max_answer_tokens,
-                        num_cpus=fr.num_cpus, num_gpus=fr.num_gpus)
+                        num_cpus=fr.num_cpus, num_gpus=fr.num_gpus, options={"max_restarts": cfg.ray.max_restarts})

@@ -25,6 +25,11 @@ from actors.lifecycle import ActorSet
 from configs.schema import LearnerConfig
 
 
+class LearnerRankError(RuntimeError):
+    """A learner rank died (or its node did) during a call: the group's update is void as a whole and
+    the group must be rebuilt from a checkpoint (`pipelines.train.Trainer.recover_learners`)."""
+
+
 class LearnerGroup:
     """A data-parallel learner of `config.num_ranks` Ray actors (policy or critic).
 
@@ -43,6 +48,7 @@ class LearnerGroup:
         ValueError: unknown role or a bad config (before any actor starts).
         TimeoutError (ray.exceptions.GetTimeoutError): the cluster cannot place the ranks in time.
         actors.lifecycle.RemoteTimeoutError: a later call on the ranks passed `call_timeout_s`.
+        LearnerRankError: a rank died during a later call.
     """
 
     def __init__(self, role: str, config: LearnerConfig | Mapping[str, Any], name: str = "searchrl",
@@ -79,10 +85,16 @@ class LearnerGroup:
         return len(self.actors)
 
     def _all(self, method: str, *args: Any, timeout_s: float | None = None) -> list[Any]:
+        from ray.exceptions import ActorUnavailableError, RayActorError
+
         from actors.lifecycle import get_within
 
         refs = [getattr(a, method).remote(*args) for a in self.actors]
-        return get_within(refs, timeout_s or self.call_timeout_s, f"{self.role} learner ranks: {method}")
+        try:
+            return get_within(refs, timeout_s or self.call_timeout_s, f"{self.role} learner ranks: {method}")
+        except (RayActorError, ActorUnavailableError) as e:
+            raise LearnerRankError(f"{self.role} learner: a rank died during {method} ({type(e).__name__}); "
+                                   "its update is void") from e
 
     def _gather_rows(self, parts: Sequence[Mapping[str, torch.Tensor]], key: str, batch: TrainBatch) -> torch.Tensor:
         out = torch.zeros((batch.size, batch.response_len))

@@ -52,13 +52,19 @@ def example_fields(example: Any) -> tuple[str, str, list[str], str, dict]:
             str(get("dataset", "") or ""), dict(get("meta", None) or {}))
 
 
+def group_id_of(example: Any) -> str:
+    """The GRPO group id of an example: "<dataset>/<id>" (ids repeat across datasets), or the id."""
+    qid, _, _, dataset, _ = example_fields(example)
+    return f"{dataset}/{qid}" if dataset else qid
+
+
 class _EpisodeRun:
     """One episode's state between engine calls."""
 
     def __init__(self, loop: AgentLoop, example: Any, sample_index: int):
         self.loop = loop
         qid, self.question, self.golds, dataset, self.meta = example_fields(example)
-        self.group_id = f"{dataset}/{qid}" if dataset else qid
+        self.group_id = group_id_of(example)
         self.qid = qid
         self.sample_index = sample_index
         self.episode: Episode | None = None
@@ -302,13 +308,15 @@ def stop_prefix_length(decode: Callable[[Sequence[int]], str], ids: Sequence[int
     return lo
 
 
-def pool_searcher(pool: Any, retries: int = 3, backoff_s: float = 1.0) -> Searcher:
+def pool_searcher(pool: Any, retries: int = 3, backoff_s: float = 1.0,
+                  on_retry: Callable[[], Any] | None = None) -> Searcher:
     """A searcher over a RetrievalPool actor handle (one query per call; the pool micro-batches).
 
     A search that fails because a shard stayed down through the pool's own restart wait
     (`ShardUnavailableError`) or because the pool actor itself is dead or restarting is retried
     `retries` times, waiting `backoff_s` * 2**attempt seconds between tries; the last failure is
     raised (the step fails with it, naming the shard), so no episode is dropped in silence.
+    `on_retry()` is called before each retry (fault counters).
     """
     import logging
 
@@ -326,6 +334,8 @@ def pool_searcher(pool: Any, retries: int = 3, backoff_s: float = 1.0) -> Search
                     raise
                 logging.getLogger(__name__).warning("search failed (%s: %s); retry %d/%d", type(e).__name__, e,
                                                     attempt + 1, retries)
+                if on_retry is not None:
+                    on_retry()
                 await asyncio.sleep(backoff_s * 2**attempt)
 
     return search

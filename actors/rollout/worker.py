@@ -11,6 +11,7 @@ the weight version they started with.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -33,8 +34,10 @@ class RolloutWorker:
 
     def __init__(self, spec: EngineSpec | Mapping[str, Any], pool: Any, generator: Any = None, judge: Any = None):
         self.holder = EngineHolder(spec)
-        self.searcher = pool_searcher(pool)
-        self.scorer = ActorScorer(generator, judge) if generator is not None else None
+        self.faults: Counter = Counter()  # retries since the last `take_faults`
+        self.searcher = pool_searcher(pool, on_retry=lambda: self.faults.update(["search_retries"]))
+        self.scorer = (ActorScorer(generator, judge, on_retry=lambda: self.faults.update(["scoring_retries"]))
+                       if generator is not None else None)
 
     async def ready(self) -> int:
         """Start the engine; returns its weight version."""
@@ -72,6 +75,11 @@ class RolloutWorker:
         await engine.update_weights(named_tensors, version)
         return engine.weight_version
 
+    async def take_faults(self) -> dict[str, int]:
+        """Retries of searches and scoring calls since the last call (counts), then reset."""
+        out, self.faults = dict(self.faults), Counter()
+        return out
+
     async def shutdown(self) -> None:
         """Free the engine (call before ray.shutdown: vLLM leaves /dev/shm segments otherwise)."""
         await self.holder.shutdown()
@@ -81,8 +89,12 @@ def start_rollout_workers(actors: ActorSet, cfg: Any, pool: Any, generator: Any 
                           model: str | None = None, worker_cls: type = RolloutWorker, count: int | None = None) -> list:
     """Start `count` (default `rollout.num_workers`) workers of `worker_cls` on the policy engine of
     `cfg` (`model`: another policy, e.g. a checkpoint), each with `rollout.cpus_per_worker` /
-    `gpus_per_worker`. Returns the handles (not yet ready: see `ActorSet.wait_ready`)."""
+    `gpus_per_worker`; Ray restarts a crashed one up to `ray.max_restarts` times (it comes back with
+    the starting weights: `pipelines.rollout_dispatch` re-syncs it before use). Returns the handles
+    (not yet ready: see `ActorSet.wait_ready`)."""
     ro = cfg.rollout
     spec = engine_spec(cfg, "policy", model)
+    restarts = {"max_restarts": cfg.ray.max_restarts}
     return [actors.start(worker_cls, spec, pool, generator, judge, num_cpus=ro.cpus_per_worker,
-                         num_gpus=ro.gpus_per_worker) for _ in range(ro.num_workers if count is None else count)]
+                         num_gpus=ro.gpus_per_worker, options=restarts)
+            for _ in range(ro.num_workers if count is None else count)]

@@ -1,0 +1,82 @@
+"""The training run's step loop: steps with metrics, dev evaluation and checkpoints; a stop signal
+(`pipelines.graceful_stop`) finishes or aborts the step and checkpoints; a dead learner rank rebuilds
+the learners from the last checkpoint (`Trainer.recover_learners`) and the loop goes on from there."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pipelines.checkpoints import last_checkpoint
+from pipelines.graceful_stop import GracefulStop, StopRequested, TrainingStopped
+from pipelines.train_metrics import step_summary
+
+log = logging.getLogger(__name__)
+
+
+def run_loop(trainer: Any, start_step: int, stop: GracefulStop | None = None) -> None:
+    """Steps `start_step` … end with metrics, evaluation and checkpoints. `stop` (its handlers
+    installed by the caller) aborts or finishes the running step on SIGTERM/SIGINT. `trainer`: a
+    `pipelines.train.Trainer` (or an object with its step/evaluate_dev/save/tracker/recover_learners).
+
+    Raises:
+        TrainingStopped: after a stop signal, once the last completed step is checkpointed (when the
+            learners were not mid-update) and its metrics logged.
+    """
+    from tqdm import tqdm
+
+    from actors.learner.group import LearnerRankError
+    from pipelines.train import total_steps
+
+    cfg, total, stop = trainer.cfg, total_steps(trainer.cfg), stop or GracefulStop()
+    bar = tqdm(total=total, initial=start_step, desc=f"train {cfg.train.recipe}", unit="step",
+               disable=not trainer.progress, dynamic_ncols=True)
+    last = ""  # the previous step's summary, shown beside the running phase
+    completed = saved = start_step  # steps whose update finished; the newest checkpoint on disk
+    pending: dict[str, float] | None = None  # a completed step's metrics not yet logged
+
+    def show(phase: str) -> None:
+        stop.phase = phase
+        bar.set_postfix_str(f"{phase}{' | ' + last if last else ''}")
+
+    trainer.on_phase = show
+    try:
+        step = start_step
+        while step < total:
+            try:
+                metrics = trainer.step(step)
+            except LearnerRankError as e:  # no half-applied update: rebuild, go back to the last checkpoint
+                show("rebuilding learners")
+                step = completed = saved = trainer.recover_learners(e, step)
+                bar.n = step
+                bar.refresh()
+                continue
+            step += 1
+            completed = done = step
+            pending = metrics
+            if done == total or (cfg.train.eval_every and done % cfg.train.eval_every == 0):
+                show("dev evaluation")
+                metrics.update(trainer.evaluate_dev(done))
+            trainer.tracker.log(metrics, step=done)
+            pending, last = None, step_summary(metrics)
+            if done == total or (cfg.train.save_every and done % cfg.train.save_every == 0):
+                show("checkpoint")
+                trainer.save(done)
+                saved = done
+            show("done" if done == total else "next step")
+            bar.update(1)
+            stop.check()
+    except StopRequested as e:
+        log.warning("%s after %d completed steps: stopping", e, completed)
+        if pending is not None:
+            trainer.tracker.log(pending, step=completed)
+        if e.clean and completed > saved:
+            show("checkpoint")
+            try:
+                trainer.save(completed)
+            except StopRequested:  # a second signal: the newest complete checkpoint on disk stays the resume point
+                log.warning("second signal: the checkpoint of step %d was abandoned", completed)
+        raise TrainingStopped(e.signum, trainer.run_dir, completed, last_checkpoint(trainer.run_dir)) from None
+    finally:
+        trainer.on_phase = lambda phase: None
+        bar.close()
