@@ -34,6 +34,7 @@ class QARecord:
     `answer`: the scored answer (None = the episode gave none; scores 0). `searches`: retrieval
     calls made for the question (count; the initial top-k of s3 / naive RAG counts as one).
     `gen_acc`: GenAcc = span_check ∨ judge_check, decided by the caller (the judge is an LLM).
+    `acc_l`: R1-Searcher's ACC_L verdict (§3.1), None when not asked.
     """
 
     method: str
@@ -42,6 +43,7 @@ class QARecord:
     golden_answers: tuple[str, ...]
     searches: int
     gen_acc: bool
+    acc_l: bool | None = None
 
 
 def _scores(record: QARecord) -> dict[str, float]:
@@ -61,6 +63,8 @@ def _row(method: str, dataset: str, scored: list[tuple[QARecord, dict[str, float
     for m in METRICS:
         row[m] = sum(s[m] for _, s in scored) / n
     row["searches_per_question"] = sum(r.searches for r, _ in scored) / n
+    if all(r.acc_l is not None for r, _ in scored):
+        row["acc_l"] = sum(bool(r.acc_l) for r, _ in scored) / n
     return row
 
 
@@ -70,7 +74,8 @@ def compute_rows(records: Iterable[QARecord]) -> list[dict[str, Any]]:
     Each row is `{method, dataset, n, em, f1, cover_em, span_check, gen_acc, searches_per_question}`:
     `n` questions; the five metrics are means over those questions, in [0, 1] (EM, F1, cover-EM
     and span_check from `recipes.metrics` on the answer, a missing answer counting as ""; gen_acc
-    is the records' flag); `searches_per_question` is the mean retrieval calls per question.
+    is the records' flag); `searches_per_question` is the mean retrieval calls per question; `acc_l`
+    (R1-Searcher's ACC_L) is there when every record of the row has a verdict.
 
     The `all` row is the mean over ALL the method's questions (micro average), not the mean of
     the dataset rows: a dataset with more questions weighs more. Methods keep the order in which
@@ -94,18 +99,20 @@ def compute_rows(records: Iterable[QARecord]) -> list[dict[str, Any]]:
 _COLUMNS = (
     ("method", "method", "{}"), ("dataset", "dataset", "{}"), ("n", "n", "{}"), ("em", "EM", "{:.3f}"),
     ("f1", "F1", "{:.3f}"), ("cover_em", "cover-EM", "{:.3f}"), ("span_check", "span_check", "{:.3f}"),
-    ("gen_acc", "GenAcc", "{:.3f}"), ("searches_per_question", "searches/q", "{:.2f}"),
+    ("gen_acc", "GenAcc", "{:.3f}"), ("acc_l", "ACC_L", "{:.3f}"), ("searches_per_question", "searches/q", "{:.2f}"),
 )
 
 
 def format_markdown(rows: Sequence[Mapping[str, Any]], title: str | None = None) -> str:
     """`rows` (as `compute_rows` returns them) as a Markdown table, metrics with 3 decimals,
-    searches per question with 2; `all` rows in bold. `title` becomes a `#` heading above it."""
+    searches per question with 2; `all` rows in bold; the ACC_L column only when a row has it ("-"
+    in rows without). `title` becomes a `#` heading above it."""
+    columns = [c for c in _COLUMNS if c[0] != "acc_l" or any("acc_l" in r for r in rows)]
     lines = [f"# {title}", ""] if title else []
-    lines.append("| " + " | ".join(head for _, head, _ in _COLUMNS) + " |")
-    lines.append("| " + " | ".join("---" if key in ("method", "dataset") else "---:" for key, _, _ in _COLUMNS) + " |")
+    lines.append("| " + " | ".join(head for _, head, _ in columns) + " |")
+    lines.append("| " + " | ".join("---" if key in ("method", "dataset") else "---:" for key, _, _ in columns) + " |")
     for row in rows:
-        cells = [fmt.format(row[key]) for key, _, fmt in _COLUMNS]
+        cells = [fmt.format(row[key]) if key in row else "-" for key, _, fmt in columns]
         if row["dataset"] in (ALL, MIRAGE + ALL):
             cells = [f"**{c}**" for c in cells]
         lines.append("| " + " | ".join(cells) + " |")

@@ -7,7 +7,12 @@ Methods (`methods=`, in this order in the tables):
   (`naive_rag` recipe, k = `eval.topk`, else `retrieval.topk`; s3 §4.1: 3, R-Search §4.3: 5);
 - `policy`: the trained searcher, recipe `train.recipe` (options `train.recipe_options`), weights
   from `checkpoint` (the untrained `learner.model` without one);
-- `untrained`: the same recipe on `learner.model` (the "before training" row).
+- `untrained`: the same recipe on `learner.model` (the "before training" row);
+- `rstool`: R-Search-as-a-Tool (Fig. 2): the frozen generator answers from the `policy` episodes'
+  evidence (recipes with an `evidence_prompt`; needs `policy` in the methods).
+
+With `eval.acc_l`, every method's answers also get R1-Searcher's ACC_L (§3.1 LLM-as-Judge, the
+paper's Judge Prompt, the evaluation's judge model for GPT-4o-mini; `pipelines.eval_judges`).
 
 In s3's protocol the generator answers in every baseline, so `direct` and `naive_rag` run on a
 RolloutWorker whose engine is the generator model. A recipe whose episodes end in an answer
@@ -46,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.engines.spec import EngineSpec, engine_spec
+from pipelines.eval_judges import acc_l_verdicts, rstool_records
 from pipelines.eval_rows import ALL, MIRAGE, QARecord, compute_rows, format_markdown, is_mirage
 from pipelines.judge_agreement import agreement_note, judge_agreement
 from recipes import RECIPES, recipe_class
@@ -62,7 +68,7 @@ class EvaluationError(ValueError):
 
 
 
-METHODS = ("direct", "naive_rag", "policy", "untrained")
+METHODS = ("direct", "naive_rag", "policy", "untrained", "rstool")
 """Known method names; see the module docstring."""
 
 DEFAULT_METHODS = ("direct", "naive_rag", "policy")
@@ -249,8 +255,14 @@ def plan_methods(cfg: Any, methods: Sequence[str], checkpoint: str | None) -> li
                   "max_observation_tokens": ro.max_observation_tokens,
                   "max_total_tokens": min(ro.max_total_tokens, ro.max_model_len)}
 
+    if "rstool" in methods:
+        if recipe_class(cfg.train.recipe).evidence_prompt is None:
+            raise EvaluationError(f"--methods rstool: recipe {cfg.train.recipe!r} writes no evidence to hand over "
+                                  "(R-Search-as-a-Tool needs train.recipe=r_search); drop rstool")
+        if "policy" not in methods:
+            raise EvaluationError("--methods rstool: its answers come from the policy's evidence; add policy")
     plans = []
-    for m in methods:
+    for m in (m for m in methods if m != "rstool"):  # rstool runs no episodes of its own
         if m in RECIPES and not RECIPES[m].trainable:  # a baseline recipe: the frozen generator answers
             # Chat as the frozen generator decides it (None = when its tokenizer has a template).
             plans.append(_Plan(m, m, {"topk": cfg.eval_topk}, gen_spec, gen_res, gen_limits, None))
@@ -388,7 +400,7 @@ def evaluate(
     try:
         # Frozen engines load while the pool starts and the first worker loads its engine.
         own_judge = cfg.eval_judge_model != cfg.frozen.model
-        if generator is None and (generator_answers or (judge is None and not own_judge)):
+        if generator is None and (generator_answers or "rstool" in names or (judge is None and not own_judge)):
             generator = start_frozen_llm(actors, cfg, "generator")
         if judge is None:
             judge = start_frozen_llm(actors, eval_judge_config(cfg), "judge") if own_judge else generator
@@ -427,18 +439,24 @@ def evaluate(
                 for r, a in zip(recs, answers):
                     r["answer"] = a
 
+        scored = [(p.method, p.recipe) for p in plans]
+        if "rstool" in names:  # R-Search Fig. 2: the generator answers from the policy's evidence
+            results["rstool"] = rstool_records(ray, generator, results["policy"],
+                                               recipe_class(cfg.train.recipe).evidence_prompt)
+            scored.insert(scored.index(("policy", cfg.train.recipe)) + 1, ("rstool", cfg.train.recipe))
         rows_in: list[QARecord] = []
         judged: list[tuple[dict, bool | None]] = []
         with open(out / "predictions.jsonl", "w") as f:
-            for p in plans:
-                recs = results[p.method]
+            for method, recipe in scored:
+                recs = results[method]
                 flags, verdicts = _judge_flags(ray, judge, recs)
-                for r, flag, verdict in zip(recs, flags, verdicts):
-                    rows_in.append(QARecord(p.method, r["dataset"], r["answer"], tuple(r["golden_answers"]),
-                                            int(r["searches"]), flag))
+                acc_l = acc_l_verdicts(ray, judge, recs) if cfg.eval.acc_l else [None] * len(recs)
+                for r, flag, verdict, acc in zip(recs, flags, verdicts, acc_l):
+                    rows_in.append(QARecord(method, r["dataset"], r["answer"], tuple(r["golden_answers"]),
+                                            int(r["searches"]), flag, acc))
                     judged.append((r, verdict))
-                    f.write(json.dumps({"method": p.method, "recipe": p.recipe, **r, "gen_acc": flag,
-                                        "judge": verdict}) + "\n")
+                    f.write(json.dumps({"method": method, "recipe": recipe, **r, "gen_acc": flag,
+                                        "judge": verdict, "acc_l": acc}) + "\n")
         rows = compute_rows(rows_in)
         qa_judged = [(r, v) for r, v in judged if not is_mirage(r["dataset"])]  # the rules decide QA answers only
         agreement = judge_agreement([r for r, _ in qa_judged], [v for _, v in qa_judged])

@@ -287,6 +287,9 @@ class Recipe(ABC):
     - `trainable`: RL trains a policy on it (False for the direct / naive-RAG baselines).
     - `generator_answers`: episodes end in a selected context, not an answer; the frozen generator
       answers from it at evaluation (s3).
+    - `evidence_prompt`: episodes write shareable evidence (`FinalOutput.evidence`) that another
+      model answers from with this template ({question}, {context}): R-Search-as-a-Tool (RSTool, R-Search
+      Fig. 2), the evaluation's `rstool` method. None = no evidence.
     - `frozen_roles()`: the frozen LLMs its reward calls under its config ("generator", "judge",
       "verifier"; `actors.engines.spec.engine_spec` builds their engines).
     """
@@ -298,6 +301,7 @@ class Recipe(ABC):
     retrieves: ClassVar[bool] = True
     trainable: ClassVar[bool] = True
     generator_answers: ClassVar[bool] = False
+    evidence_prompt: ClassVar[str | None] = None
 
     def __init__(self, config: RecipeConfig | Mapping[str, Any] | None = None, **overrides: Any):
         """`config`: this recipe's config or a dict of its fields; `overrides`: fields to replace.

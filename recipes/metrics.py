@@ -16,7 +16,10 @@ All take a prediction string and a list of gold answer strings. Normalization is
 - `span_check`: a normalized gold answer occurs as a contiguous token span of the normalized
   prediction (s3 §4.1, Eq. 3; the has_answer test of DPR/Pyserini);
 - `gen_acc` = span_check ∨ judge_check (s3 Eq. 3), the judge asked with the s3 Fig. 13 prompt
-  only when the span check fails (s3 Appendix A.4).
+  only when the span check fails (s3 Appendix A.4);
+- ACC_L (R1-Searcher §3.1, LLM-as-Judge): a judge model asked with `acc_l_prompt` whether the
+  prediction "fully aligns with the meaning and key information" of the gold answer, read by
+  `parse_true_false` (GPT-4o-mini in the paper; the evaluation's frozen judge here).
 """
 
 from __future__ import annotations
@@ -36,6 +39,29 @@ JUDGE_PROMPT = (
     "Golden answers: {golden_answers}\n"
     "Please directly answer with 'yes' or 'no'."
 )
+
+# R1-Searcher §3.1, "Judge Prompt" of ACC_L; the paper leaves the three fields' layout open: each
+# label is followed by its value on the same line.
+ACC_L_PROMPT = (
+    "Given a Question and its Golden Answer, verify whether the Predicted Answer is correct. The prediction is "
+    "correct if it fully aligns with the meaning and key information of the Golden Answer. Respond with True if "
+    "the prediction is correct and False otherwise.\n\n"
+    "Question: {question}\n"
+    "Golden Answer: {golden_answer}\n"
+    "Predicted Answer: {prediction}"
+)
+
+
+def acc_l_prompt(question: str, golds: list[str], prediction: str) -> str:
+    """The ACC_L judge prompt (R1-Searcher §3.1) for one prediction; several gold answers (aliases)
+    are joined with " | " (the paper's datasets give one)."""
+    return ACC_L_PROMPT.format(question=question, golden_answer=" | ".join(golds), prediction=prediction)
+
+
+def parse_true_false(reply: str) -> bool:
+    """An ACC_L judge reply means correct when its first word (normalized) is "true"; anything else is not."""
+    words = normalize_answer(reply).split()
+    return bool(words) and words[0] == "true"
 
 
 def normalize_answer(text: str) -> str:

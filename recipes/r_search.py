@@ -62,6 +62,7 @@ class RSearch(TaggedSearchRecipe):
 
     name = "r_search"
     config_cls = RSearchConfig
+    evidence_prompt = EVIDENCE_PROMPT  # RSTool (Fig. 2): another model answers from the evidence, as the verifier does
     observation_tags = ("<observation>", "</observation>")
     stop_strings = TaggedSearchRecipe.default_stop_strings()
 

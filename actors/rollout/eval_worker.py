@@ -24,9 +24,10 @@ class EvalWorker(RolloutWorker):
         chat: bool | None = None,
     ) -> list[dict[str, Any]]:
         """One episode per example, no reward. Returns per example `{id, dataset, question,
-        golden_answers, answer, context, searches, finish_reason}`: `context` is the formatted
-        selected documents for recipes whose frozen generator answers (`Recipe.generator_answers`,
-        else None); `searches` counts retrieval calls, the initial top-k included."""
+        golden_answers, answer, context, evidence, searches, finish_reason}`: `context` is the
+        formatted selected documents for recipes whose frozen generator answers
+        (`Recipe.generator_answers`, else None); `evidence` the episode's evidence (R-Search's
+        `<original_evidence>`, else None); `searches` counts retrieval calls, the initial top-k included."""
         loop = await self.agent_loop(recipe, recipe_config, sampling, limits, chat, compute_reward=False)
         rec = loop.recipe
         trajs = await loop.run_batch(list(examples), 1)
@@ -38,6 +39,7 @@ class EvalWorker(RolloutWorker):
                 "id": str(ex.get("id", "")), "dataset": str(ex.get("dataset", "")), "question": ep.question,
                 "golden_answers": list(ep.golden_answers), "answer": final.answer,
                 "context": rec.format_docs(final.selected_docs) if rec.generator_answers else None,
+                "evidence": final.evidence,
                 "searches": ep.num_searches + int(rec.initial_search), "finish_reason": ep.stop_reason,
             })
         return out
