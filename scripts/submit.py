@@ -19,6 +19,9 @@ With RAY_AUTH_MODE=disabled nothing is sent (only for a throwaway cluster that o
 can reach, started with RAY_AUTH_MODE=disabled too). A refused token exits with status 2 and
 says how to fix it.
 
+After submitting it prints the job's dashboard page (`<address>/#/jobs/<id>`) and the command that
+follows its logs from another shell (`ray job logs --follow <id> --address <address>`).
+
 Exit status: 0 the job SUCCEEDED (or was submitted, with --no-wait); 1 FAILED; 3 STOPPED;
 2 bad arguments or config, authentication or connection error; 124 --timeout passed (the job keeps
 running); 130 interrupted (the job keeps running).
@@ -88,6 +91,29 @@ def auth_headers(token: str | None = None, token_file: str | os.PathLike | None 
         if not token:
             raise SubmitError(f"the Ray auth token file {token_file} is empty")
     return {"Authorization": f"Bearer {token.strip()}"} if token else {}
+
+
+def job_links(address: str, submission_id: str, token_file: str | os.PathLike | None = None,
+              environ: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """Where to watch a submitted job: (its dashboard page, a shell command that follows its logs).
+
+    The page is `<address>/#/jobs/<submission_id>` (http:// added when `address` has no scheme). The
+    command is `ray job logs --follow <id> --address <address>`, prefixed with what Ray's CLI needs to
+    send the same token as this client: `RAY_AUTH_MODE=token` (plus `RAY_AUTH_TOKEN_PATH=<token_file>`
+    when a file was given) unless RAY_AUTH_MODE=disabled in `environ` (default `os.environ`). The token
+    itself is never printed.
+    """
+    environ = os.environ if environ is None else environ
+    base = address.rstrip("/")
+    if "://" not in base:
+        base = f"http://{base}"
+    env = []
+    if token_file is not None:
+        env = ["RAY_AUTH_MODE=token", f"RAY_AUTH_TOKEN_PATH={Path(token_file).expanduser().resolve()}"]
+    elif environ.get("RAY_AUTH_MODE", "").lower() != "disabled":
+        env = ["RAY_AUTH_MODE=token"]
+    command = shlex.join(["ray", "job", "logs", "--follow", submission_id, "--address", address])
+    return f"{base}/#/jobs/{submission_id}", " ".join([*map(shlex.quote, env), command])
 
 
 def _auth_error(address: str, error: Exception) -> SubmitError:
@@ -175,6 +201,8 @@ def submit_job(address: str, entrypoint: str, runtime_env: dict[str, Any] | None
     except (RuntimeError, ValueError) as e:
         raise SubmitError(f"the Ray cluster at {address} did not accept the job: {e}") from None
     out.write(f"[submit] job {job_id} submitted to {address}: {entrypoint}\n")
+    page, follow = job_links(address, job_id, token_file if token is None else None)
+    out.write(f"[submit] dashboard: {page}\n[submit] follow its logs: {follow}\n")
     out.flush()
     if not wait:
         return JobResult(job_id, str(client.get_job_status(job_id).value))
