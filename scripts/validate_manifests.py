@@ -326,14 +326,21 @@ def _cluster_checks(spec: Mapping, kind: str) -> tuple[list[dict[str, float]], l
     return nodes, problems
 
 
+def _crd_checked(manifest: Any, kind: str, path: Path, subset: Mapping | None) -> tuple[Result, Any]:
+    """A Result for `path` after the CRD subset check, and the manifest's spec (None when that check failed)."""
+    res = Result(_rel(path))
+    res.problems += check_crd(manifest, kind, subset)
+    if res.problems:
+        return res, None
+    res.details.append(f"{kind} CRD subset")
+    return res, manifest["spec"]
+
+
 def check_rayjob(manifest: Any, subset: Mapping | None = None) -> Result:
     """Check the training RayJob (see the module docstring)."""
-    res = Result(_rel(RAYJOB))
-    res.problems += check_crd(manifest, "RayJob", subset)
-    if res.problems:
+    res, spec = _crd_checked(manifest, "RayJob", RAYJOB, subset)
+    if spec is None:
         return res
-    spec = manifest["spec"]
-    res.details.append("RayJob CRD subset")
     if spec.get("shutdownAfterJobFinishes") is not True:
         res.problems.append("spec.shutdownAfterJobFinishes: set true (the cluster is deleted when the job ends)")
     cfg, problems = check_entrypoint(spec.get("entrypoint"))
@@ -453,12 +460,9 @@ def check_serve_config(text: Any, where: str = "spec.serveConfigV2") -> tuple[li
 
 def check_rayservice(manifest: Any, subset: Mapping | None = None) -> Result:
     """Check the searcher RayService (see the module docstring)."""
-    res = Result(_rel(RAYSERVICE))
-    res.problems += check_crd(manifest, "RayService", subset)
-    if res.problems:
+    res, spec = _crd_checked(manifest, "RayService", RAYSERVICE, subset)
+    if spec is None:
         return res
-    spec = manifest["spec"]
-    res.details.append("RayService CRD subset")
     details, problems = check_serve_config(spec.get("serveConfigV2"))
     res.details += details
     res.problems += problems
