@@ -159,7 +159,7 @@ class Trainer:
         self.on_phase: Any = lambda phase: None  # called with "rollout", "prepare", ... as a step moves on
         self.weight_version = 0  # the policy version the rollout workers hold
         self.faults: Counter = Counter()  # failures and recoveries since the last step's metrics
-        self.learner_restarts = 0
+        self.learner_restarts = self.pool_retries = 0
 
     # -- setup ------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -273,6 +273,12 @@ class Trainer:
 
         from pipelines.train_metrics import fault_metrics
 
+        try:  # shard calls the pool retried through a shard's restart (a running total there)
+            retries = int(ray.get(self.pool.get_stats.remote(), timeout=60).get("retries", 0))
+            self.faults["shard_retries"] += max(0, retries - self.pool_retries)
+            self.pool_retries = retries
+        except Exception as e:  # noqa: BLE001 - a restarted pool starts counting again; nothing to add
+            log.warning("retrieval pool stats unavailable: %s", type(e).__name__)
         for worker in self.workers:
             try:
                 self.faults.update(ray.get(worker.take_faults.remote(), timeout=60))

@@ -107,13 +107,13 @@ def step_summary(metrics: dict[str, float]) -> str:
             f"prep {t['prepare']:.0f}s update {t['update']:.0f}s sync {t['sync']:.0f}s")
 
 
-FAULT_KEYS = ("rollout_worker_deaths", "rollout_parts_rerun", "rollout_stale_parts", "search_retries",
-              "scoring_retries", "learner_restarts", "steps_redone")
+FAULT_KEYS = ("rollout_worker_deaths", "rollout_parts_rerun", "rollout_stale_parts", "shard_retries",
+              "search_retries", "scoring_retries", "learner_restarts", "steps_redone")
 
 
 def fault_metrics(counts: Mapping[str, int]) -> dict[str, float]:
     """Failures and recoveries under `faults/...` keys, every key of FAULT_KEYS present (0 when
     nothing failed, so the curves are continuous): rollout worker deaths, the parts re-run, parts
     re-run because a restarted worker sampled with old weights, learner rebuilds and the steps they
-    redid (counted by the driver), search and frozen-LLM scoring retries (counted by the workers)."""
+    redid (counted by the driver), shard calls the pool retried through a shard restart, search and frozen-LLM scoring retries (counted by the workers)."""
     return {f"faults/{k}": float(counts.get(k, 0)) for k in FAULT_KEYS}

@@ -20,6 +20,13 @@ from tests.test_train import _tiny_run
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _own_env() -> dict[str, str]:
+    """This environment without the test process's Ray cluster and wandb service: a driver here starts
+    its own of both (runs killed with SIGKILL would otherwise leave their wandb run open in the test
+    process's service, and the resume would find its run ID "in use")."""
+    return {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "WANDB_SERVICE")}
+
+
 def _wait_for_step(run_root: Path, proc: subprocess.Popen, log: Path, timeout_s: float) -> Path:
     """The run directory, once its metrics.jsonl holds step 1."""
     deadline = time.monotonic() + timeout_s
@@ -40,7 +47,7 @@ def test_sigterm_checkpoints_stops_and_resumes(small_index, tiny_gemma_dir, tmp_
     from pipelines.train import cfg_to_yaml
 
     config.write_text(cfg_to_yaml(cfg))
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # its own cluster
+    env = _own_env()
     log = tmp_path / "train.log"
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "scripts.train", "--config", str(config), "--no-progress"],
@@ -94,7 +101,7 @@ def test_sigkill_then_resume_continues_in_the_same_data_order(small_index, tiny_
                     "ray.num_cpus=4")
     config = tmp_path / "config.yaml"
     config.write_text(cfg_to_yaml(cfg))
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env = _own_env()
     log = tmp_path / "train.log"
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "scripts.train", "--config", str(config), "--no-progress"],
