@@ -27,6 +27,21 @@ def _own_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "WANDB_SERVICE")}
 
 
+def _start_train(cfg, tmp_path: Path, new_session: bool = False) -> tuple[subprocess.Popen, Path, dict]:
+    """`scripts.train` on `cfg` (written to tmp_path/config.yaml) as a child process logging to
+    tmp_path/train.log; `new_session`: its own process group (to SIGKILL it with all it started)."""
+    from pipelines.train import cfg_to_yaml
+
+    config = tmp_path / "config.yaml"
+    config.write_text(cfg_to_yaml(cfg))
+    env, log = _own_env(), tmp_path / "train.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "scripts.train", "--config", str(config), "--no-progress"],
+                                cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=new_session)
+    return proc, log, env
+
+
 def _wait_for_step(run_root: Path, proc: subprocess.Popen, log: Path, timeout_s: float) -> Path:
     """The run directory, once its metrics.jsonl holds step 1."""
     deadline = time.monotonic() + timeout_s
@@ -43,15 +58,7 @@ def _wait_for_step(run_root: Path, proc: subprocess.Popen, log: Path, timeout_s:
 def test_sigterm_checkpoints_stops_and_resumes(small_index, tiny_gemma_dir, tmp_path):
     cfg = _tiny_run("configs/r1_searcher_cpu.yaml", small_index, tiny_gemma_dir, tmp_path / "runs",
                     "train.total_steps=40", "train.stages=[]", "train.eval_questions=0", "ray.num_cpus=4")
-    config = tmp_path / "config.yaml"
-    from pipelines.train import cfg_to_yaml
-
-    config.write_text(cfg_to_yaml(cfg))
-    env = _own_env()
-    log = tmp_path / "train.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "scripts.train", "--config", str(config), "--no-progress"],
-                                cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+    proc, log, env = _start_train(cfg, tmp_path)
     try:
         run_dir = _wait_for_step(tmp_path / "runs", proc, log, timeout_s=600)
         proc.send_signal(signal.SIGTERM)
@@ -92,21 +99,13 @@ def test_sigkill_then_resume_continues_in_the_same_data_order(small_index, tiny_
     """SIGKILL of the driver and everything it started (its process group, the local Ray cluster
     included: a lost node), then `--resume`: the run ends with every step's metrics, and each step's
     questions are the ones an uninterrupted run takes at that step (`batch_indices`)."""
+    from pipelines.chaos_checks import check_run, expected_questions
     from pipelines.checkpoints import last_checkpoint
-    from pipelines.data import iter_qa, pack_file
-    from pipelines.train import batch_indices, cfg_to_yaml, stage_at
 
     cfg = _tiny_run("configs/r1_searcher_cpu.yaml", small_index, tiny_gemma_dir, tmp_path / "runs",
                     "train.total_steps=3", "train.stages=[]", "train.eval_questions=0", "train.save_every=1",
                     "ray.num_cpus=4")
-    config = tmp_path / "config.yaml"
-    config.write_text(cfg_to_yaml(cfg))
-    env = _own_env()
-    log = tmp_path / "train.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "scripts.train", "--config", str(config), "--no-progress"],
-                                cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
+    proc, log, env = _start_train(cfg, tmp_path, new_session=True)
     try:
         run_dir = _wait_for_step(tmp_path / "runs", proc, log, timeout_s=600)
         deadline = time.monotonic() + 300
@@ -125,8 +124,7 @@ def test_sigkill_then_resume_continues_in_the_same_data_order(small_index, tiny_
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     rows = {json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()}
     assert rows == {1, 2, 3} and last_checkpoint(run_dir).name == "step-3"
-    pool = [q for q in iter_qa(pack_file(stage_at(cfg, 0)[2], cfg.data.dir), limit=cfg.train.train_limit)]
-    for step in (1, 2, 3):
-        idx = batch_indices(step - 1, cfg.train.questions_per_step, len(pool), cfg.seed, cfg.train.shuffle)
-        want = [f"{pool[i].dataset}/{pool[i].id}" if pool[i].dataset else pool[i].id for i in idx]
-        assert _step_questions(run_dir, step) == want, step
+    check = check_run(run_dir, cfg, 3)  # each (question, sample) once, the uninterrupted run's questions
+    assert check.ok, check
+    for step in (1, 2, 3):  # one rollout worker: in the uninterrupted run's order too
+        assert _step_questions(run_dir, step) == expected_questions(cfg, step), step
