@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 
 log = logging.getLogger(__name__)
 
@@ -16,7 +18,8 @@ def init_ray(ray_cfg, **kwargs) -> bool:
         **kwargs: extra `ray.init` arguments.
 
     Ray's own driver messages and the actors' output reach the console only with `--verbose`
-    (`cluster.logs`); otherwise they are in Ray's session log folder, logged here.
+    (`cluster.logs`); otherwise they are in Ray's session log folder, logged here. A SIGTERM handler
+    the program installed stays installed (ray.init would replace it with `sys.exit`).
     Returns:
         True when this call started a local cluster (the caller owns it and shuts it down).
     """
@@ -28,6 +31,9 @@ def init_ray(ray_cfg, **kwargs) -> bool:
     from cluster.logs import verbose
 
     loud = verbose()
+    # ray.init replaces a main-thread driver's SIGTERM handler with sys.exit; keep the program's own
+    # (scripts.cli.sigterm_as_interrupt: bounded cleanup) when it installed one.
+    own = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
     opts = {"namespace": ray_cfg.namespace, "log_to_driver": loud,
             "logging_level": logging.INFO if loud else logging.WARNING} | kwargs
     if local:
@@ -37,6 +43,8 @@ def init_ray(ray_cfg, **kwargs) -> bool:
         context = ray.init(**opts)
     else:
         context = ray.init(address=ray_cfg.address or os.environ["RAY_ADDRESS"], **opts)
+    if callable(own):
+        signal.signal(signal.SIGTERM, own)
     log.info("Ray %s at %s; actor logs in %s", "started" if local else "joined",
              context.address_info.get("gcs_address"), context.address_info.get("session_dir"))
     return local

@@ -44,7 +44,9 @@ class RoleSpec:
         cpus: logical CPUs reserved per instance.
         gpus: GPUs per instance (fractions allowed).
         memory: bytes of Ray `memory` reserved per instance (0 = none; the config has no memory keys yet).
-        strategy: "DEFAULT" = independent actors placed by Ray's scheduler; "PACK" = one placement
+        strategy: "DEFAULT" = independent actors placed by Ray's scheduler; "SPREAD" = independent
+            actors spread over the nodes (Ray's "SPREAD" scheduling strategy: retrieval shards, so a
+            large index is split over the nodes' memory, and rollout workers); "PACK" = one placement
             group of `count` bundles, packed onto as few nodes as possible (actors.learner.group).
         keys: the config keys behind the numbers: {"count": ..., "cpus": ..., "gpus": ...}; a
             missing "count" means a fixed number of instances.
@@ -66,8 +68,11 @@ class RoleSpec:
         return {k: v for k, v in out.items() if v > 0}
 
     def ray_options(self) -> dict[str, Any]:
-        """`num_cpus` / `num_gpus` (/ `memory`) for `ray.remote(...).options(...)` of one instance."""
+        """`num_cpus` / `num_gpus` (/ `memory`, `scheduling_strategy` for "SPREAD") for
+        `ray.remote(...).options(...)` of one instance."""
         opts: dict[str, Any] = {"num_cpus": self.cpus, "num_gpus": self.gpus}
+        if self.strategy == "SPREAD":
+            opts["scheduling_strategy"] = "SPREAD"
         if self.memory:
             opts["memory"] = self.memory
         return opts
@@ -104,8 +109,8 @@ def frozen_llm_count(cfg: Any) -> int:
 def plan_roles(cfg: Any) -> list[RoleSpec]:
     """The actors a training run with `cfg` (`configs.schema.Config`) starts, in start order.
 
-    Roles: retrieval_pool, retrieval_shard (index.num_shards), query_encoder (dense indexes only),
-    rollout_worker, frozen_llm (recipes whose reward calls one), policy_learner (num_ranks bundles,
+    Roles: retrieval_pool, retrieval_shard (index.num_shards, SPREAD), query_encoder (dense indexes
+    only), rollout_worker (SPREAD), frozen_llm (recipes whose reward calls one), policy_learner (num_ranks bundles,
     PACK), critic_learner (only for advantage_estimator "gae"), reference_model (only when
     algorithm.kl_coef > 0; it uses the learner's per-rank resources). Roles with no instance are
     left out.
@@ -114,16 +119,17 @@ def plan_roles(cfg: Any) -> list[RoleSpec]:
     plan = [
         RoleSpec("retrieval_pool", 1, r.pool_cpus, keys={"cpus": "retrieval.pool_cpus"},
                  detail="batches queries, fans out to shards, merges top-k"),
-        RoleSpec("retrieval_shard", cfg.index.num_shards, r.shard_cpus,
-                 keys={"count": "index.num_shards", "cpus": "retrieval.shard_cpus"},
-                 detail=f"one {cfg.index.type} index shard each"),
+        RoleSpec("retrieval_shard", cfg.index.num_shards, r.shard_cpus, r.shard_gpus, strategy="SPREAD",
+                 keys={"count": "index.num_shards", "cpus": "retrieval.shard_cpus", "gpus": "retrieval.shard_gpus"},
+                 detail=f"one {cfg.index.type} index shard each"
+                 + (" (FAISS on GPU)" if r.shard_gpus > 0 and cfg.index.type in ("flat", "ivf_pq") else "")),
     ]
     if cfg.index.type != "bm25":
         plan.append(RoleSpec("query_encoder", r.query_encoders, r.encoder_cpus, r.encoder_gpus,
                              keys={"count": "retrieval.query_encoders", "cpus": "retrieval.encoder_cpus",
                                    "gpus": "retrieval.encoder_gpus"},
                              detail=f"{cfg.encoder.model} on {r.encoder_device}"))
-    plan.append(RoleSpec("rollout_worker", ro.num_workers, ro.cpus_per_worker, ro.gpus_per_worker,
+    plan.append(RoleSpec("rollout_worker", ro.num_workers, ro.cpus_per_worker, ro.gpus_per_worker, strategy="SPREAD",
                          keys={"count": "rollout.num_workers", "cpus": "rollout.cpus_per_worker",
                                "gpus": "rollout.gpus_per_worker"},
                          detail=f"policy engine ({ro.backend}, tensor_parallel_size={ro.tensor_parallel_size})"))

@@ -1,4 +1,4 @@
-"""Typed configuration schema for searchrl.
+"""Typed configuration schema for searchrl (the retrieval-side sections are in `configs.schema_retrieval`).
 
 Every model forbids unknown keys, so a typo in a YAML file or a command-line
 override fails loudly instead of being silently ignored.  All sections have
@@ -9,198 +9,18 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from algorithms.config import AlgorithmConfig
 from configs.recipe_options import check_recipe_options
-
-
-class StrictModel(BaseModel):
-    """Base for all config sections.
-
-    Unknown keys are rejected; validation is strict (no coercion: ``"3"`` or
-    ``true`` is not an ``int``; an ``int`` is accepted where a ``float`` is
-    expected); assignments are validated too.
-    """
-
-    model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True)
-
-
-class DataConfig(StrictModel):
-    """Where the data pack lives and which of its files to read."""
-
-    dir: str | None = Field(
-        None, description="Data pack directory; None means the SEARCHRL_DATA environment variable."
-    )
-    corpus: str = Field("corpus.jsonl.gz", description="Corpus file name inside `dir`.")
-    train: str = Field("train.jsonl.gz", description="Training QA file name inside `dir`.")
-    dev: str = Field("dev.jsonl.gz", description="Validation QA file name inside `dir`.")
-    test: str = Field("test.jsonl.gz", description="Evaluation QA file name inside `dir`.")
-    mirage: str = Field("mirage.jsonl.gz", description="MIRAGE multiple-choice file name inside `dir` (eval.mirage_questions).")
-    corpus_limit: int | None = Field(
-        None, gt=0, description="Use only the first N passages (count); None = the whole corpus."
-    )
-
-
-class EncoderConfig(StrictModel):
-    """Dense text encoder used to embed queries and passages."""
-
-    model: str = Field(
-        "all-MiniLM-L6-v2", description="sentence-transformers model name or local path."
-    )
-    query_prefix: str = Field("", description="Text prepended to every query before encoding.")
-    passage_prefix: str = Field("", description="Text prepended to every passage before encoding.")
-    pooling: Literal["model", "mean", "cls"] = Field(
-        "model",
-        description="Token pooling; 'model' = what the model's own sentence-transformers config says.",
-    )
-    normalize: bool = Field(True, description="L2-normalize embeddings (cosine = inner product).")
-    max_seq_length: int | None = Field(
-        256, gt=0, description="Truncate inputs to this many tokens; None = the model's default."
-    )
-    batch_size: int = Field(64, gt=0, description="Passages per encoder forward pass (index build).")
-    device: str = Field("cpu", description="Torch device, e.g. 'cpu' or 'cuda:0'.")
-    precision: Literal["fp32", "bf16"] = Field(
-        "fp32",
-        description="Precision of passage encoding (index build); 'bf16' autocasts (2.4x faster on CPUs "
-        "with AVX512-BF16, cosine to fp32 vectors >= 0.9999). Queries are always encoded in fp32 and "
-        "vectors are stored as float32.",
-    )
-    backend: Literal["torch", "openvino"] = Field(
-        "torch",
-        description="Runtime of the transformer: 'torch', or 'openvino' (an IR exported once from the same "
-        "weights into the model cache; needs the `openvino` package, in the CPU requirements). Recorded in "
-        "the index manifest: queries are encoded with the index's backend, and resuming a build with "
-        "another backend is an error.",
-    )
-
-    @classmethod
-    def e5(cls, model: str = "intfloat/e5-base-v2", **kwargs) -> EncoderConfig:
-        """Preset for E5 models: 'query: '/'passage: ' prefixes, mean pooling, normalized."""
-        params = dict(
-            model=model, query_prefix="query: ", passage_prefix="passage: ", pooling="mean", normalize=True
-        )
-        params.update(kwargs)
-        return cls(**params)
-
-
-class IndexConfig(StrictModel):
-    """Sharded vector (or BM25) index: where it is stored and how it is built."""
-
-    dir: str = Field("indexes/minilm-flat", description="Index directory (one sub-folder per shard).")
-    num_shards: int = Field(4, ge=1, description="Number of index shards (one retrieval actor each).")
-    type: Literal["flat", "hnsw", "ivf_pq", "bm25"] = Field("flat", description="Index kind.")
-    fp16: bool = Field(False, description="Store vectors as float16 (halves memory).")
-    hnsw_m: int = Field(32, gt=0, description="HNSW: neighbours per node.")
-    hnsw_ef_construction: int = Field(200, gt=0, description="HNSW: candidate list size while building.")
-    hnsw_ef_search: int = Field(128, gt=0, description="HNSW: candidate list size while searching.")
-    ivf_nlist: int = Field(1024, gt=0, description="IVF: number of coarse clusters.")
-    ivf_nprobe: int = Field(32, gt=0, description="IVF: clusters visited per query.")
-    pq_m: int = Field(48, gt=0, description="PQ: sub-quantizers per vector.")
-    pq_nbits: int = Field(8, gt=0, description="PQ: bits per sub-quantizer code.")
-    docs_row_group_size: int = Field(
-        256, gt=0, description="Rows per Parquet row group in the stored passage table."
-    )
-    encode_actors: int = Field(1, ge=1, description="Ray Data encoder actor count.")
-    encode_cpus: float = Field(
-        1.0,
-        gt=0,
-        description="CPUs Ray reserves per encoder actor. Keep it below the node's CPU count: Ray Data's "
-        "read tasks need a CPU too (on a 2-CPU node, 2.0 deadlocks). Torch threads are set separately "
-        "(node cores / encode_actors).",
-    )
-
-
-class RetrievalConfig(StrictModel):
-    """Online retrieval service: request limits, micro-batching and fault tolerance."""
-
-    max_topk: int = Field(100, gt=0, description="Largest topk a request may ask for (passages).")
-    topk: int = Field(3, gt=0, validate_default=True, description="Passages returned per query by default (<= max_topk).")
-    max_queries_per_request: int = Field(1024, gt=0, description="Queries accepted in one request.")
-    batch_wait_ms: float = Field(2.0, ge=0, description="Micro-batching window in milliseconds.")
-    max_batch_size: int = Field(256, gt=0, description="Queries per micro-batch (upper bound).")
-    pool_cpus: float = Field(
-        0.25, ge=0, description="CPUs reserved by the pool actor (it batches and merges; encoders and shards do the work)."
-    )
-    shard_cpus: float = Field(0.25, ge=0, description="CPUs reserved per shard actor.")
-    query_encoders: int = Field(
-        2, ge=1, description="Query encoder actors; a micro-batch is split across them (data parallel)."
-    )
-    encoder_cpus: float = Field(0.25, ge=0, description="CPUs reserved per query encoder actor.")
-    encoder_gpus: float = Field(0.0, ge=0, description="GPUs per query encoder actor (set encoder_device too).")
-    encoder_device: str = Field("cpu", description="Torch device of the query encoders, e.g. 'cuda'.")
-    query_batch_size: int = Field(
-        16, gt=0, description="Queries per encoder forward pass; small chunks of length-sorted queries pad less."
-    )
-    encoder_threads: int | None = Field(
-        None,
-        gt=0,
-        description="Torch threads per query encoder; None = node cores / query_encoders. Processes beat "
-        "threads here: 2 encoders x 1 thread encode 282 queries/s, 1 x 2 threads 225 (2 cores).",
-    )
-    query_cache_size: int = Field(
-        10000,
-        ge=0,
-        description="Query vectors kept by the pool (LRU, keyed by query text; 0 = off). RL rollouts repeat "
-        "queries (n samples per question); 10,000 MiniLM vectors take 15 MB.",
-    )
-    max_inflight_batches: int = Field(
-        2, ge=1, description="Micro-batches in flight at once (encoding one while another searches)."
-    )
-    max_restarts: int = Field(3, ge=-1, description="Ray actor restarts on failure (-1 = unlimited).")
-    max_retries: int = Field(3, ge=0, description="Times the pool retries a shard call after the shard failed.")
-    retry_backoff_s: float = Field(0.5, ge=0, description="Delay between retries in seconds.")
-    request_timeout_s: float = Field(
-        60.0, gt=0, description="Per-request timeout in seconds: a search slower than this answers HTTP 504, an HTTP "
-        "request body not fully received within it 408."
-    )
-    max_body_bytes: int = Field(
-        1048576, gt=0, description="Largest HTTP request body (bytes) the /retrieve route reads; a larger one answers "
-        "413, unparsed (1 MiB: about 1 KB for each of the default 1024 max_queries_per_request)."
-    )
-
-    @field_validator("topk")
-    @classmethod
-    def _topk_le_max(cls, v: int, info: ValidationInfo) -> int:
-        """Reject topk larger than max_topk (reported at ``retrieval.topk``)."""
-        max_topk = info.data.get("max_topk")
-        if max_topk is not None and v > max_topk:
-            raise ValueError(f"topk ({v}) must be <= max_topk ({max_topk})")
-        return v
-
-    @model_validator(mode="after")
-    def _topk_within_max(self) -> RetrievalConfig:
-        """Same check after assignment to either field."""
-        if self.topk > self.max_topk:
-            raise ValueError(f"topk ({self.topk}) must be <= max_topk ({self.max_topk})")
-        return self
-
-
-class ServeConfig(StrictModel):
-    """HTTP endpoints on Ray Serve: the retrieval route (`scripts.serve_retrieval`) and the served
-    searcher (`scripts.serve`, `serving/`)."""
-
-    host: str = Field("127.0.0.1", description="Interface to bind; 0.0.0.0 exposes it to the network (set SEARCHRL_API_TOKEN then).")
-    port: int = Field(8000, ge=1, le=65535, description="TCP port.")
-    route_prefix: str = Field("/", description="URL prefix of the application's routes.")
-    model_name: str | None = Field(None, description="Model id in /v1/models and responses; None = derived from the checkpoint.")
-    replicas: int = Field(1, ge=1, description="Searcher replicas (one policy engine each); ignored with autoscaling_config.")
-    max_ongoing_requests: int = Field(
-        16, ge=1, description="Episodes one searcher replica runs at once (its engine batches them)."
-    )
-    max_queued_requests: int = Field(
-        64, ge=1, description="Requests waiting for a searcher replica beyond those running; more answer 503 with Retry-After."
-    )
-    autoscaling_config: dict[str, Any] | None = Field(
-        None, description="Ray Serve autoscaling of the searcher (min_replicas, max_replicas, target_ongoing_requests, ...)."
-    )
-    max_body_bytes: int = Field(65536, gt=0, description="Largest request body (bytes) of the searcher routes; larger answers 413.")
-    max_question_tokens: int = Field(256, gt=0, description="Longest question (policy tokens); longer answers 422.")
-    max_turns: int = Field(8, ge=0, description="Largest max_turns a request may ask for (searches per episode).")
-    request_timeout_s: float = Field(
-        300.0, gt=0, description="Default and largest per-request deadline (seconds); past it a request answers 504."
-    )
-    retry_after_s: int = Field(2, ge=1, description="Retry-After (seconds) sent with a 503 for a full queue.")
+from configs.schema_retrieval import (  # noqa: F401 - sections re-exported: configs.schema is the one import
+    DataConfig,
+    EncoderConfig,
+    IndexConfig,
+    RetrievalConfig,
+    ServeConfig,
+    StrictModel,
+)
 
 
 class RayConfig(StrictModel):
@@ -272,6 +92,14 @@ class LearnerConfig(StrictModel):
     sync_dtype: Literal["bf16", "fp32", "model"] = Field(
         "bf16", description="dtype of the weights sent to rollout engines ('model' = as trained)."
     )
+    weight_sync: Literal["object_store", "nccl"] = Field(
+        "object_store",
+        description="How the policy's weights reach the rollout engines after each update. 'object_store' (the "
+        "default, CPU or GPU): rank 0 gathers them, the driver puts them in Ray's object store and every rollout "
+        "worker loads them. 'nccl' (GPU only: needs learner.gpus_per_rank > 0, rollout.backend 'vllm' and "
+        "rollout.gpus_per_worker > 0): rank 0 broadcasts them from its GPU to every engine's GPUs through vLLM's "
+        "NCCL weight-transfer engine (actors.learner.nccl_sync).",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -290,6 +118,15 @@ class LearnerConfig(StrictModel):
         if self.mini_batch_size % self.num_ranks:
             raise ValueError(f"learner.mini_batch_size ({self.mini_batch_size}) must be a multiple of "
                              f"learner.num_ranks ({self.num_ranks})")
+        return self
+
+    @model_validator(mode="after")
+    def _nccl_sync_needs_gpu(self) -> LearnerConfig:
+        """`weight_sync: nccl` broadcasts from rank 0's GPU: the learner must train on GPUs."""
+        if self.weight_sync == "nccl" and self.gpus_per_rank <= 0:
+            raise ValueError("learner.weight_sync 'nccl' needs GPUs (rank 0 broadcasts the weights from its GPU over "
+                             f"NCCL), but learner.gpus_per_rank is {self.gpus_per_rank:g}; set learner.gpus_per_rank "
+                             "> 0, or learner.weight_sync: object_store (the CPU default)")
         return self
 
 
@@ -410,6 +247,16 @@ class TrainConfig(StrictModel):
         "checkpoint (save_every; the steps since are redone in the same data order) or, with none yet, from the "
         "starting model at step 0.",
     )
+    learner_recovery: Literal["checkpoint", "snapshot"] = Field(
+        "checkpoint", description="What a learner rebuild loads: 'checkpoint' = the last on-disk checkpoint "
+        "(save_every; the steps since are redone); 'snapshot' = a copy of the learners' DeepSpeed state (weights, "
+        "optimizer, scheduler) written after every step to snapshot_dir, so only the failed step is redone (costs "
+        "the state's size in memory, ~3.2 GB for Gemma 270M in fp32 with AdamW, and a save per step).",
+    )
+    snapshot_dir: str = Field(
+        "/dev/shm", description="Where learner_recovery=snapshot keeps the snapshot (a RAM-backed tmpfs by default; "
+        "each node's own: a rebuild whose ranks land on another node falls back to the last checkpoint).",
+    )
     wandb: WandbConfig = Field(default_factory=WandbConfig, description="wandb logging.")
 
     @field_validator("recipe")
@@ -471,6 +318,21 @@ class Config(StrictModel):
         if self.eval.topk is not None and self.eval.topk > self.retrieval.max_topk:
             raise ValueError(f"eval.topk ({self.eval.topk}) must be <= retrieval.max_topk ({self.retrieval.max_topk}); "
                              f"lower eval.topk or raise retrieval.max_topk")
+        return self
+
+    @model_validator(mode="after")
+    def _nccl_sync_fits_rollout(self) -> Config:
+        """`learner.weight_sync: nccl` receives in vLLM's GPU workers: the rollout engines must be vLLM on GPUs."""
+        if self.learner.weight_sync == "nccl":
+            if self.rollout.backend != "vllm":
+                raise ValueError(f"learner.weight_sync 'nccl' needs rollout.backend 'vllm' (vLLM's weight-transfer "
+                                 f"engine receives the broadcast), got {self.rollout.backend!r}; set rollout.backend: "
+                                 "vllm, or learner.weight_sync: object_store")
+            if self.rollout.gpus_per_worker <= 0:
+                raise ValueError("learner.weight_sync 'nccl' needs rollout engines on GPUs, but "
+                                 f"rollout.gpus_per_worker is {self.rollout.gpus_per_worker:g}; set "
+                                 "rollout.gpus_per_worker > 0, or "
+                                 "learner.weight_sync: object_store (the CPU default)")
         return self
 
     def recipe_config(self, stage_options: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -5,6 +5,7 @@ phase (rollout, log-probs and advantages, dev evaluation, between steps) aborts 
 learners still hold the state after the last completed step, which is saved. A signal during the
 update, the weight sync or a checkpoint lets that phase finish (no half-applied update is ever saved),
 then the run stops. A second signal stops at once; the last checkpoint on disk is then the resume point.
+Whatever happens, the process exits within `STOP_TIMEOUT_S` of the first signal (`cluster.exit_deadline`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,11 @@ log = logging.getLogger(__name__)
 # Phases (Trainer.on_phase names) during which the learners are not being changed.
 ABORTABLE_PHASES = frozenset({"start", "rollout+score", "logprobs+advantages", "dev evaluation", "next step",
                               "rebuilding learners"})
+
+
+# Seconds from the first signal to exit: the update or sync in flight, a checkpoint, the actors' shutdown
+# (`cluster.exit_deadline`; SEARCHRL_STOP_TIMEOUT_S overrides). A CPU update takes 1-2 minutes here.
+STOP_TIMEOUT_S = 600.0
 
 
 class StopRequested(Exception):
@@ -79,6 +85,10 @@ class GracefulStop:
         """The signal handler. Raises StopRequested now, unless the learners are changing (first signal)."""
         first = self.signum is None
         self.signum = signum
+        if first:  # the stop itself is bounded, even when the cluster no longer answers
+            from cluster.exit_deadline import arm, stop_timeout_s
+
+            arm(stop_timeout_s(STOP_TIMEOUT_S), 128 + int(signum), signal.Signals(signum).name)
         if self.phase in ABORTABLE_PHASES:
             raise StopRequested(signum, clean=True)
         if not first:

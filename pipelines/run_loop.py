@@ -1,6 +1,7 @@
 """The training run's step loop: steps with metrics, dev evaluation and checkpoints; a stop signal
 (`pipelines.graceful_stop`) finishes or aborts the step and checkpoints; a dead learner rank rebuilds
-the learners from the last checkpoint (`Trainer.recover_learners`) and the loop goes on from there."""
+the learners from the newest snapshot or checkpoint (`Trainer.recover_learners`) and the loop goes on
+from there."""
 
 from __future__ import annotations
 
@@ -45,15 +46,19 @@ def run_loop(trainer: Any, start_step: int, stop: GracefulStop | None = None) ->
         while step < total:
             try:
                 metrics = trainer.step(step)
-            except LearnerRankError as e:  # no half-applied update: rebuild, go back to the last checkpoint
+            except LearnerRankError as e:  # no half-applied update: rebuild, go back to the snapshot or checkpoint
                 show("rebuilding learners")
-                step = completed = saved = trainer.recover_learners(e, step)
+                step = completed = trainer.recover_learners(e, step)
+                saved = min(saved, step)  # a snapshot's step may be newer than the last checkpoint
                 bar.n = step
                 bar.refresh()
                 continue
             step += 1
             completed = done = step
             pending = metrics
+            if getattr(trainer, "snapshot", None) is not None:
+                show("snapshot")
+                trainer.snapshot_learners(done)
             if done == total or (cfg.train.eval_every and done % cfg.train.eval_every == 0):
                 show("dev evaluation")
                 metrics.update(trainer.evaluate_dev(done))

@@ -160,6 +160,11 @@ class Trainer:
         self.weight_version = 0  # the policy version the rollout workers hold
         self.faults: Counter = Counter()  # failures and recoveries since the last step's metrics
         self.learner_restarts = self.pool_retries = 0
+        self.snapshot = None  # pipelines.learner_recovery.LearnerSnapshot with train.learner_recovery: snapshot
+        if cfg.train.learner_recovery == "snapshot":
+            from pipelines.learner_recovery import LearnerSnapshot
+
+            self.snapshot = LearnerSnapshot(cfg.train.snapshot_dir, run_dir.name)
 
     # -- setup ------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -195,32 +200,17 @@ class Trainer:
             self.critic = LearnerGroup("critic", cfg.learner, **common)
 
     def recover_learners(self, error: Exception, step: int) -> int:
-        """After a learner rank died during `step` (0-based): stop both groups, start them again, load
-        the last checkpoint (or keep the starting model when there is none) and give the rollout
-        workers those weights. Returns the step to go on from (the checkpoint's, or 0).
+        """After a learner rank died during `step`: rebuild the learners from the newest snapshot or
+        checkpoint (`pipelines.learner_recovery.recover_learners`); returns the step to go on from."""
+        from pipelines.learner_recovery import recover_learners
 
-        Raises:
-            `error`: more than `train.max_learner_restarts` recoveries in this run.
-        """
-        self.faults["learner_restarts"] += 1
-        self.learner_restarts += 1
-        if self.learner_restarts > self.cfg.train.max_learner_restarts:
-            raise error
-        for group in (self.policy, self.critic):
-            if group is not None:
-                group.shutdown()  # the dead rank's shutdown fails (logged); the others leave the process group
-        self.policy = self.critic = None
-        self.start_learners()
-        checkpoint = last_checkpoint(self.run_dir)
-        if checkpoint is not None:
-            back_to = self.resume(checkpoint)
-        else:
-            self.policy.sync_weights(self.workers, version=0)
-            self.weight_version = back_to = 0
-        self.faults["steps_redone"] += step - back_to
-        log.warning("%s; learners rebuilt (%d/%d), going on from step %d (%s)", error, self.learner_restarts,
-                    self.cfg.train.max_learner_restarts, back_to, checkpoint or "the starting model")
-        return back_to
+        return recover_learners(self, error, step)
+
+    def snapshot_learners(self, step: int) -> None:
+        """With `train.learner_recovery: snapshot`, keep the learners' state after `step` completed steps."""
+        if self.snapshot is not None:
+            seconds = self.snapshot.save(step, [g for g in (self.policy, self.critic) if g is not None])
+            log.debug("learner snapshot of step %d: %.1f s", step, seconds)
 
     def questions(self, file_name: str, limit: int | None) -> list[dict]:
         """Questions of a pack file as dicts (id, question, golden_answers, dataset, meta); cached."""
@@ -409,7 +399,8 @@ class Trainer:
 
     def close(self) -> None:
         """Stop every actor of the run: learners, then the rest newest first (engines shut down before
-        their actors go: vLLM and DeepSpeed leave /dev/shm files otherwise)."""
+        their actors go: vLLM and DeepSpeed leave /dev/shm files otherwise); then every node sweeps
+        what killed engines and ranks left in its /dev/shm (`cluster.node_cleanup`)."""
         from actors.learner.shm import sweep_stale_shm
 
         for group in (self.policy, self.critic):
@@ -419,7 +410,15 @@ class Trainer:
                 except Exception as e:  # noqa: BLE001 - keep shutting the rest down
                     log.warning("learner shutdown failed: %s: %s", type(e).__name__, e)
         self.actors.stop()
-        sweep_stale_shm()  # what a killed engine or rank left in /dev/shm
+        if self.snapshot is not None:
+            self.snapshot.remove()
+        import ray
+
+        from cluster.node_cleanup import sweep_every_node
+
+        if ray.is_initialized():
+            sweep_every_node()  # what a killed engine or rank left in each node's /dev/shm
+        sweep_stale_shm()  # and the driver's own node, even when it is not one of the cluster's
 
 
 def train(cfg: Config, resume: str | Path | None = None, progress: bool = True) -> Path:
@@ -475,6 +474,9 @@ def train(cfg: Config, resume: str | Path | None = None, progress: bool = True) 
 
             ray.shutdown()
         remove_run_log(run_dir)
+        from cluster.exit_deadline import disarm
+
+        disarm()  # a stop signal's cleanup is done: the caller (a notebook, a test) may go on
     return run_dir
 
 

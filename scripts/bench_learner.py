@@ -130,7 +130,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=2, help="update steps per rank count (first = warm-up)")
     parser.add_argument("--no-sync", action="store_true", help="skip the vLLM weight-sync measurement")
     parser.add_argument("--out", default="runs/bench_learner.json")
-    args, cfg = parse_config(parser, argv)
+    # train_cpu.yaml: the learner settings of the CPU training configs, and a local cluster with enough
+    # logical CPUs for 2 ranks beside the rollout worker (the retrieval default would leave them pending).
+    args, cfg = parse_config(parser, argv, default_config=str(Path(__file__).resolve().parents[1] / "configs" / "train_cpu.yaml"))
     import ray
     from transformers import AutoTokenizer
 

@@ -43,7 +43,8 @@ def parse_config(parser: argparse.ArgumentParser, argv: list[str] | None = None,
     args = parser.parse_intermixed_args(argv)  # flags may follow key=value overrides
     setup_logging(args.verbose)
     if threading.current_thread() is threading.main_thread():  # Python delivers signals to the main thread only
-        signal.signal(signal.SIGTERM, sigterm_as_interrupt)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, sigterm_as_interrupt)
     try:
         if getattr(args, "resume", None):
             if args.config is not None:
@@ -77,8 +78,17 @@ def user_errors():
         raise SystemExit(2) from None
 
 
+STOP_TIMEOUT_S = 60.0  # after SIGTERM/SIGINT, seconds the cleanup of a server, build or evaluation may take
+
+
 def sigterm_as_interrupt(signum, frame):
-    """Signal handler: SIGTERM stops a server like Ctrl-C, so its `finally` cleanup runs (raises KeyboardInterrupt)."""
+    """Signal handler: SIGTERM (and SIGINT) stop a program like Ctrl-C, so its `finally` cleanup runs
+    (raises KeyboardInterrupt). The first signal also arms `cluster.exit_deadline`: a cleanup still
+    running `STOP_TIMEOUT_S` seconds later (`SEARCHRL_STOP_TIMEOUT_S`), e.g. stuck on a Ray cluster
+    whose raylet died, ends with status 128 + signum after killing this process's children."""
+    from cluster.exit_deadline import arm, stop_timeout_s
+
+    arm(stop_timeout_s(STOP_TIMEOUT_S), 128 + int(signum), signal.Signals(signum).name)
     raise KeyboardInterrupt
 
 

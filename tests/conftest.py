@@ -29,6 +29,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
 
 
+@pytest.fixture(autouse=True)
+def _no_exit_deadline_left_armed():
+    """A test that sends this process SIGTERM arms `cluster.exit_deadline`'s watchdog (it would end
+    the test session minutes later): disarm it after every test."""
+    yield
+    from cluster.exit_deadline import disarm
+
+    disarm()
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     """The real data pack directory; a missing pack fails the test (DataPackError), never skips."""

@@ -6,22 +6,15 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import secrets
-import shutil
-import signal
 import socket
 import subprocess
 import sys
-import tempfile
-import time
-import urllib.error
-import urllib.request
 import zipfile
 from pathlib import Path
 
 import pytest
 
+from cluster.local_cluster import LocalCluster, NodeSpec
 from cluster.roles import (
     ResourceFitError,
     alive_node_resources,
@@ -61,10 +54,16 @@ def test_plan_default_config_lists_every_role_with_its_keys():
     assert list(roles) == ["retrieval_pool", "retrieval_shard", "query_encoder", "rollout_worker", "frozen_llm",
                            "policy_learner", "reference_model"]  # s3 + grpo + kl 0.001: no critic
     assert (roles["retrieval_shard"].count, roles["retrieval_shard"].cpus) == (4, 0.25)
-    assert roles["retrieval_shard"].keys == {"count": "index.num_shards", "cpus": "retrieval.shard_cpus"}
+    assert roles["retrieval_shard"].keys == {"count": "index.num_shards", "cpus": "retrieval.shard_cpus",
+                                             "gpus": "retrieval.shard_gpus"}
     assert (roles["query_encoder"].count, roles["query_encoder"].cpus) == (2, 0.25)
     assert roles["frozen_llm"].count == 1  # s3's generator also judges
     assert roles["policy_learner"].strategy == "PACK"
+    # Shards and rollout workers spread over the nodes; the options the actors start with say so.
+    assert [roles[n].strategy for n in ("retrieval_shard", "rollout_worker", "query_encoder")] == [
+        "SPREAD", "SPREAD", "DEFAULT"]
+    assert roles["retrieval_shard"].ray_options()["scheduling_strategy"] == "SPREAD"
+    assert "scheduling_strategy" not in roles["query_encoder"].ray_options()
     assert total_resources(plan) == {"CPU": pytest.approx(5.75), "GPU": 0.0}
     assert "policy_learner" in format_plan(plan) and "5.75" in format_plan(plan)
 
@@ -78,7 +77,7 @@ def test_plan_learners_critic_reference_and_gpus():
         assert (roles[name].count, roles[name].strategy) == (4, "PACK")
         assert roles[name].bundle() == {"CPU": 2.0, "GPU": 1.0}
     assert roles["reference_model"].count == 1 and roles["reference_model"].gpus == 1.0
-    assert roles["rollout_worker"].ray_options() == {"num_cpus": 1.0, "num_gpus": 2.0}
+    assert roles["rollout_worker"].ray_options() == {"num_cpus": 1.0, "num_gpus": 2.0, "scheduling_strategy": "SPREAD"}
     # 4 + 4 policy/critic ranks, 1 reference, 2 x 2 rollout, 0.5 frozen, 2 x 0.25 encoders
     assert total_resources(roles.values())["GPU"] == pytest.approx(14.0)
 
@@ -264,147 +263,13 @@ def test_submit_unreachable_cluster_is_a_clear_error():
 # ----------------------------------------------------------------------------- a real cluster
 
 
-def free_ports(n: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-class LocalHead:
-    """`ray start --head --block` on 127.0.0.1 with its own ports, temp dir and auth token, started
-    with the venv's `ray` and the venv first on PATH (so a job's `python` is the venv's).
-
-    `stop()` ends exactly the processes this head started (its process tree, plus any process whose
-    environment names this head's temp dir) and returns the ones still alive afterwards."""
-
-    def __init__(self, num_cpus: int = 2):
-        self.num_cpus = num_cpus
-        self.temp_dir = Path(tempfile.mkdtemp(prefix="srl-ray-", dir="/tmp"))  # short: Unix socket paths
-        self.token_file = self.temp_dir / "auth_token"
-        self.proc: subprocess.Popen | None = None
-        self.known: dict[int, object] = {}
-        self.log = None
-
-    def start(self, timeout_s: float = 180.0) -> None:
-        self.token_file.write_text(secrets.token_hex(32))
-        self.token_file.chmod(0o600)
-        (gcs, dash, client, agent_http, agent_grpc, env_agent, metrics, node_mgr, obj_mgr) = free_ports(9)
-        self.dashboard_url = f"http://127.0.0.1:{dash}"
-        venv_bin = REPO / ".venv" / "bin"
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RAY_AUTH_TOKEN")}
-        env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(self.token_file), RAY_USAGE_STATS_ENABLED="0",
-                   PATH=f"{venv_bin}{os.pathsep}{env.get('PATH', '')}")
-        cmd = [str(venv_bin / "ray"), "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
-               "--port", str(gcs), "--include-dashboard", "true", "--dashboard-host", "127.0.0.1",
-               "--dashboard-port", str(dash), "--ray-client-server-port", str(client),
-               "--dashboard-agent-listen-port", str(agent_http), "--dashboard-agent-grpc-port", str(agent_grpc),
-               "--runtime-env-agent-port", str(env_agent), "--metrics-export-port", str(metrics),
-               "--node-manager-port", str(node_mgr), "--object-manager-port", str(obj_mgr),
-               "--num-cpus", str(self.num_cpus), "--num-gpus", "0", "--object-store-memory", str(100 * 2**20),
-               "--temp-dir", str(self.temp_dir), "--disable-usage-stats"]
-        self.log = open(self.temp_dir / "ray-start.log", "w")
-        self.proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            self._remember()
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"ray start exited with {self.proc.returncode}:\n{self.log_text()}")
-            try:
-                urllib.request.urlopen(f"{self.dashboard_url}/api/version", timeout=2)
-                return
-            except urllib.error.HTTPError:  # answered (e.g. 401): the dashboard is up
-                return
-            except OSError:
-                time.sleep(1.0)
-        raise RuntimeError(f"the Ray dashboard did not answer within {timeout_s:.0f} s:\n{self.log_text()}")
-
-    def log_text(self) -> str:
-        return (self.temp_dir / "ray-start.log").read_text(errors="replace")[-4000:]
-
-    def _remember(self) -> None:
-        import psutil
-
-        if self.proc is None:
-            return
-        try:
-            root = psutil.Process(self.proc.pid)
-            for p in [root, *root.children(recursive=True)]:
-                self.known.setdefault(p.pid, p)
-        except psutil.NoSuchProcess:
-            pass
-
-    def _marked(self) -> list:
-        """Processes whose environment names this head's temp dir (every Ray process it spawned)."""
-        import psutil
-
-        out = []
-        for p in psutil.process_iter():
-            try:
-                if str(self.temp_dir) in p.environ().get("RAY_AUTH_TOKEN_PATH", ""):
-                    out.append(p)
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                continue
-        return out
-
-    def _alive(self) -> list:
-        """Remembered or marked processes still running (zombies, awaiting their parent, excluded)."""
-        import psutil
-
-        out = []
-        for p in [*self.known.values(), *self._marked()]:
-            try:
-                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                    out.append(p)
-            except psutil.NoSuchProcess:
-                continue
-        return out
-
-    def stop(self) -> list[str]:
-        import psutil
-
-        try:
-            self._remember()
-            for p in self._marked():
-                self.known.setdefault(p.pid, p)
-            if self.proc is not None and self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGTERM)  # `ray start --block` stops its processes on SIGTERM
-                try:
-                    self.proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
-                    self.proc.wait(timeout=10)
-            deadline = time.monotonic() + 20
-            while (alive := self._alive()) and time.monotonic() < deadline:
-                time.sleep(0.5)
-            for p in alive:  # stragglers of this head only, by pid
-                try:
-                    p.kill()
-                except psutil.NoSuchProcess:
-                    pass
-            psutil.wait_procs(alive, timeout=10)
-            return [f"{p.pid} {p.cmdline()[:1]}" for p in self._alive()]
-        finally:
-            if self.log is not None:
-                self.log.close()
-            shutil.rmtree(self.temp_dir, ignore_errors=True)
-
-
 FITS_2_CPUS = ("index.num_shards=1", "retrieval.query_encoders=1", "rollout.cpus_per_worker=0.25",
                "frozen.num_cpus=0.25", "learner.cpus_per_rank=0.25")
 
 
 @pytest.mark.slow
 def test_submit_cluster_check_to_a_local_head(tmp_path):
-    head = LocalHead(num_cpus=2)
+    head = LocalCluster(NodeSpec(num_cpus=2), cwd=REPO)
     leftovers = None
     try:
         head.start()
@@ -439,7 +304,7 @@ def test_submit_cluster_check_to_a_local_head(tmp_path):
     finally:
         leftovers = head.stop()
     assert leftovers == [], f"processes of the test cluster still running: {leftovers}"
-    assert not head.temp_dir.exists()
+    assert not head.root.exists()
 
 
 @pytest.mark.slow
@@ -457,7 +322,7 @@ def test_submit_a_short_training_job(tmp_path, small_index, tiny_gemma_dir):
     ]
     config = REPO / "configs" / "r1_searcher_cpu.yaml"
     cfg = load_config(config, [*train_overrides, f"run_dir={tmp_path / 'runs'}"])
-    head = LocalHead(num_cpus=2)
+    head = LocalCluster(NodeSpec(num_cpus=2), cwd=REPO)
     leftovers = None
     try:
         head.start()

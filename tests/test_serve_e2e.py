@@ -1,6 +1,6 @@
 """End to end: `scripts.serve` on Gemma 3 270M (vLLM CPU) over a real 2-shard index, driven by the
-`openai` client (plain and streamed), concurrent native requests mixed with bad ones, `/retrieve`,
-auth, and SIGTERM. Slow: it starts Ray, Serve and an engine (about 2 minutes here)."""
+`openai` client (plain and streamed), concurrent native requests mixed with bad ones, 100 clients
+with the replica killed mid-load, `/retrieve`, auth, and SIGTERM. Slow: it starts Ray, Serve and an engine (about 2 minutes here)."""
 
 from __future__ import annotations
 
@@ -128,6 +128,62 @@ def test_killed_replica_is_restarted(server):
     assert codes[-1] == 200, codes
     after = httpx.get(f"{url}/health", timeout=30).json()["deployments"]["searcher"]["pid"]
     assert after != before
+
+
+BAD_REQUESTS = [  # (body, extra headers, the statuses it may get)
+    ({"question": QUESTIONS[0], "topk": 0}, {}, (422,)),
+    ({"question": "x" * 70000}, {}, (413,)),
+    ({"question": QUESTIONS[0], "colour": 1}, {}, (422,)),
+    ({"question": "word " * 400}, {}, (422, 503)),  # the replica counts its tokens: 503 while it is dead
+    ({"question": QUESTIONS[1]}, {"Authorization": "Bearer no"}, (401,)),
+]
+
+
+def test_hundred_clients_with_the_replica_killed_mid_load(server):
+    """100 concurrent clients, 60 good and 40 bad requests, and the searcher replica SIGKILLed while
+    they are in flight: no 500 and no hang; every request is answered (200) or refused with a clear
+    code (its 4xx, or 503 with Retry-After for a full queue or the dead replica); then the endpoint
+    answers again."""
+    url, _, _ = server
+    pid = httpx.get(f"{url}/health", timeout=30).json()["deployments"]["searcher"]["pid"]
+
+    async def go():
+        limits = httpx.Limits(max_connections=100)
+        async with httpx.AsyncClient(base_url=url, timeout=300, headers=AUTH, limits=limits) as c:
+            plan = []
+            for i in range(100):
+                if i % 5 < 3:
+                    plan.append(({"question": QUESTIONS[i % len(QUESTIONS)], "max_turns": 0}, {}, (200, 503)))
+                else:
+                    plan.append(BAD_REQUESTS[(i // 5 * 2 + i % 5 - 3) % len(BAD_REQUESTS)])
+            tasks = [asyncio.create_task(c.post("/v1/search", json=body, headers=headers)) for body, headers, _ in plan]
+            await asyncio.sleep(3)
+            os.kill(pid, signal.SIGKILL)  # this test's server's replica (pid from /health)
+            killed = time.monotonic()
+            responses = await asyncio.gather(*tasks)
+            load_s = time.monotonic() - killed
+            while True:  # the endpoint comes back: 503 + Retry-After until a replica is up again
+                r = await c.post("/v1/search", json={"question": QUESTIONS[4], "max_turns": 0})
+                if r.status_code == 200:
+                    break
+                assert r.status_code == 503 and r.headers.get("retry-after"), r.text
+                assert time.monotonic() - killed < 300, "no answer 300 s after the replica was killed"
+                await asyncio.sleep(1)
+            return plan, responses, load_s, time.monotonic() - killed
+
+    plan, responses, load_s, back_s = asyncio.run(go())
+    codes: dict[int, int] = {}
+    for (_, _, allowed), r in zip(plan, responses, strict=True):
+        codes[r.status_code] = codes.get(r.status_code, 0) + 1
+        assert r.status_code in allowed, r.text
+        if r.status_code == 503:
+            assert r.headers.get("retry-after") and "retry" in r.json()["detail"], r.text
+        assert r.json().get("detail" if r.status_code != 200 else "finish_reason")
+    assert sum(codes.values()) == 100 and not any(code >= 500 and code != 503 for code in codes), codes
+    after = httpx.get(f"{url}/health", timeout=30).json()["deployments"]["searcher"]["pid"]
+    assert after != pid
+    print(f"100 clients, replica killed at 3 s: statuses {dict(sorted(codes.items()))}; all answered "
+          f"{load_s:.1f} s after the kill; 200 again {back_s:.1f} s after it")
 
 
 def test_health_retrieve_and_sigterm(server):

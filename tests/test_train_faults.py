@@ -62,3 +62,35 @@ def test_killed_learner_rank_rebuilds_from_checkpoint_and_redoes_the_step(small_
     assert killed and [r["step"] for r in rows] == [1, 2]  # step 2 redone once, never half-applied
     assert rows[1]["faults/learner_restarts"] == 1 and rows[1]["faults/steps_redone"] == 0, rows[1]
     assert (run_dir / "checkpoints" / "step-2").is_dir()
+
+
+@pytest.mark.slow
+def test_killed_learner_rank_rebuilds_from_the_in_memory_snapshot(small_index, tiny_gemma_dir, tmp_path, monkeypatch):
+    """`train.learner_recovery: snapshot` and no checkpoint before the end: the rank dies during step
+    2, the rebuilt learners load the snapshot of step 1 and only step 2 is redone (from the last
+    checkpoint, there being none, the run would start over); the snapshot folder is gone afterwards."""
+    import ray
+
+    from pipelines import train as train_mod
+
+    original = train_mod.Trainer.step
+    killed, snapshot_dirs = [], []
+
+    def step(self, step):
+        if step == 1 and not killed:
+            snapshot_dirs.append(sorted(p.name for p in self.snapshot.dir.iterdir()))
+            ray.kill(self.policy.actors[0])
+            killed.append(1)
+        return original(self, step)
+
+    monkeypatch.setattr(train_mod.Trainer, "step", step)
+    cfg = _tiny_run("configs/r1_searcher_cpu.yaml", small_index, tiny_gemma_dir, tmp_path, "train.total_steps=2",
+                    "train.stages=[]", "train.eval_questions=0", "train.save_every=0",
+                    "train.learner_recovery=snapshot", f"train.snapshot_dir={tmp_path / 'shm'}")
+    run_dir = train_mod.train(cfg, progress=False)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert killed and snapshot_dirs == [["step-1"]]
+    assert [r["step"] for r in rows] == [1, 2]
+    assert rows[1]["faults/learner_restarts"] == 1 and rows[1]["faults/steps_redone"] == 0, rows[1]
+    assert not (run_dir / "checkpoints" / "step-1").exists() and (run_dir / "checkpoints" / "step-2").is_dir()
+    assert not any((tmp_path / "shm").iterdir())  # the run removed its snapshot

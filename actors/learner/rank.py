@@ -239,13 +239,15 @@ class DeepSpeedRank:
     def _client_state(self) -> dict[str, Any]:
         return {"updates": self.updates, "rng": _rng_state()}
 
-    def save_checkpoint(self, directory: str) -> str:
+    def save_checkpoint(self, directory: str, hf: bool = True) -> str:
         """Write the DeepSpeed state (weights, optimizer, scheduler; every rank its shard) and RNG
         states to `directory/<role>/deepspeed`; rank 0 also writes the Hugging Face model
-        (safetensors) to `directory/<role>/hf`. Every rank must call it. Returns the role folder."""
+        (safetensors) to `directory/<role>/hf` unless `hf` is False (an in-memory snapshot, which only
+        a learner rebuild reads). Every rank must call it. Returns the role folder."""
         root = Path(directory) / self.role
         self.engine.save_checkpoint(str(root / "deepspeed"), tag="state", client_state=self._client_state())
-        self._save_hf(root / "hf")
+        if hf:
+            self._save_hf(root / "hf")
         return str(root)
 
     def load_checkpoint(self, directory: str) -> None:
@@ -277,6 +279,59 @@ class DeepSpeedRank:
     def _save_hf(self, directory: Path) -> None:
         raise NotImplementedError
 
+    # -- NCCL weight sync (`learner.weight_sync: nccl`; driven by `actors.learner.nccl_sync.sync_over_nccl`) ----
+    def nccl_init(self, address: str, port: int, world_size: int, bucket_bytes: int, num_buffers: int) -> None:
+        """Rank 0 only: form the weight-transfer group as its rank 0 (`NcclWeightSender.init`), replacing any
+        group formed before. Blocks until every engine worker joined.
+
+        Raises:
+            ValueError: called on another rank. RuntimeError: no CUDA.
+        """
+        from actors.learner.nccl_sync import NcclWeightSender
+
+        if self.rank != 0:
+            raise ValueError(f"{self.role}: nccl_init runs on rank 0 only (called on rank {self.rank})")
+        old = getattr(self, "_nccl_sender", None)
+        if old is not None:
+            old.shutdown()
+        self._nccl_sender = NcclWeightSender(self.device, bucket_bytes=bucket_bytes, num_buffers=num_buffers)
+        self._nccl_sender.init(address, port, world_size)
+
+    def nccl_stage(self, dtype: str = "bf16") -> dict[str, list] | None:
+        """Every rank: gather the weights (`named_weights`, a collective under ZeRO-3); rank 0 keeps them for
+        `nccl_send` and returns their metadata (`nccl_sync.update_message`), the other ranks None."""
+        from actors.learner.nccl_sync import update_message
+
+        named_weights = getattr(self, "named_weights", None)
+        if named_weights is None:
+            raise ValueError(f"{self.role}: only the policy has weights for the rollout engines")
+        named = named_weights(dtype)
+        if self.rank != 0:
+            return None
+        message = update_message(named)
+        self._nccl_staged = (named, message)
+        return message
+
+    def nccl_send(self, version: int) -> dict[str, float]:
+        """Rank 0: broadcast what `nccl_stage` kept (`NcclWeightSender.send`), then drop it.
+
+        Raises:
+            RuntimeError: nothing staged, or no group formed (`nccl_init`).
+        """
+        staged, self._nccl_staged = getattr(self, "_nccl_staged", None), None
+        sender = getattr(self, "_nccl_sender", None)
+        if staged is None or sender is None:
+            raise RuntimeError(f"{self.role}: nccl_send needs nccl_init and nccl_stage first (rank {self.rank})")
+        named, message = staged
+        return sender.send(named, version, expected=message)
+
+    def nccl_shutdown(self) -> None:
+        """Tear down this rank's weight-transfer communicator, if any (idempotent)."""
+        sender, self._nccl_sender = getattr(self, "_nccl_sender", None), None
+        self._nccl_staged = None
+        if sender is not None:
+            sender.shutdown()
+
     def peak_memory_bytes(self) -> int:
         """Peak memory of this rank (bytes): CUDA allocator peak on GPU, peak resident set on CPU."""
         if self.device.type == "cuda":
@@ -290,6 +345,8 @@ class DeepSpeedRank:
         of this rank (DeepSpeed leaves a 66 MB file per process otherwise)."""
         import torch.distributed as dist
 
+        with contextlib.suppress(Exception):  # the NCCL weight-transfer group of learner.weight_sync: nccl
+            self.nccl_shutdown()
         self.engine = None
         with contextlib.suppress(Exception):
             if dist.is_initialized():

@@ -64,9 +64,16 @@ class RetrievalPool:
             )
             enc_opts = {"num_cpus": retrieval["encoder_cpus"], "num_gpus": retrieval["encoder_gpus"]} | restart
             self.encoders = [ray.remote(TextEncoder).options(**enc_opts).remote(spec, threads) for _ in range(n)]
-        shard_opts = {"num_cpus": retrieval["shard_cpus"]} | restart | (shard_options or {})
+        # SPREAD: shards go to different nodes when there are several (an index too big for one
+        # node's memory); on one node it is the default placement. `cluster.roles` plans the same.
+        # shard_gpus > 0: each shard reserves that much GPU and moves its FAISS index there (gpu_index).
+        shard_gpus = float(retrieval.get("shard_gpus", 0.0))
+        gpu_opts = {"num_gpus": shard_gpus} if shard_gpus > 0 else {}
+        shard_opts = ({"num_cpus": retrieval["shard_cpus"], "scheduling_strategy": "SPREAD"} | gpu_opts | restart
+                      | (shard_options or {}))
         self.shards = [
-            ray.remote(ShardSearcher).options(**shard_opts).remote(str(self.index_dir / s.name), 1, search_delay_s)
+            ray.remote(ShardSearcher).options(**shard_opts).remote(
+                str(self.index_dir / s.name), 1, search_delay_s, shard_gpus > 0)
             for s in self.manifest.shards
         ]
         self._queue: asyncio.Queue[_Request] | None = None

@@ -12,6 +12,7 @@ from typing import TypedDict
 
 import numpy as np
 
+from actors.retrieval.gpu_index import gpu_plan, to_gpu
 from actors.retrieval.index_store import (
     BM25_DIR,
     DOCS,
@@ -23,6 +24,7 @@ from actors.retrieval.index_store import (
 )
 
 log = logging.getLogger(__name__)
+_bm25_gpu_logged = False  # "BM25 shards ignore gpu" is logged once per process
 
 
 class Hit(TypedDict):
@@ -100,9 +102,13 @@ class ShardSearcher:
         faiss_threads: OpenMP threads for FAISS searches (shards share the node's cores).
         search_delay_s: extra seconds slept per search; for fault-injection tests and latency
             experiments only (0 in normal use).
+        gpu: move a FAISS index to GPU 0 of this process (the actor's Ray-assigned GPU) when
+            `actors.retrieval.gpu_index.gpu_plan` allows it (flat in float16, IVF-Flat, supported
+            IVF-PQ); otherwise, e.g. HNSW, it stays on CPU with a warning. BM25 shards ignore it.
+            Raises RuntimeError when faiss has no GPU support (the faiss-cpu wheel).
     """
 
-    def __init__(self, shard_dir: str, faiss_threads: int = 1, search_delay_s: float = 0.0):
+    def __init__(self, shard_dir: str, faiss_threads: int = 1, search_delay_s: float = 0.0, gpu: bool = False):
         self.dir = Path(shard_dir)
         record = json.loads((self.dir / SHARD_RECORD).read_text())
         self.start, self.count = int(record["start"]), int(record["count"])
@@ -110,13 +116,38 @@ class ShardSearcher:
         self.docs = DocStore(self.dir / DOCS)
         self.bm25 = None
         self.index = None
+        self.device, self.device_reason = "cpu", "retrieval.shard_gpus=0: searches on CPU"
         if (self.dir / BM25_DIR).is_dir():
             import bm25s
 
             self.bm25 = bm25s.BM25.load(str(self.dir / BM25_DIR), mmap=True, show_progress=False)
+            if gpu:
+                self.device_reason = "BM25 (bm25s) shards search on CPU; retrieval.shard_gpus is ignored"
+                global _bm25_gpu_logged
+                if not _bm25_gpu_logged:
+                    _bm25_gpu_logged = True
+                    log.info(self.device_reason)
         else:
             tune_faiss(faiss_threads)
-            self.index = load_faiss_index(self.dir / FAISS_FILE, record.get("params", {}))
+            params = record.get("params", {})
+            self.index = load_faiss_index(self.dir / FAISS_FILE, params)
+            if gpu:
+                self._move_to_gpu(params)
+
+    def _move_to_gpu(self, params: dict) -> None:
+        """Move the FAISS index to GPU 0 when `gpu_plan` allows it (k up to 2048 per search)."""
+        plan = gpu_plan(self.index, params, topk=2048)
+        self.device_reason = plan.reason
+        if plan.move:
+            self.index = to_gpu(self.index, plan, device=0)
+            self.device = "cuda:0"
+            log.info("shard %s: %s", self.dir.name, plan.reason)
+        else:
+            log.warning("shard %s stays on CPU: %s", self.dir.name, plan.reason)
+
+    def device_info(self) -> dict:
+        """Where this shard searches: `{"device": "cuda:0" | "cpu", "reason": ...}`."""
+        return {"device": self.device, "reason": self.device_reason}
 
     def ready(self) -> int:
         """Number of documents in the shard (used as a readiness probe)."""

@@ -75,6 +75,37 @@ class RolloutWorker:
         await engine.update_weights(named_tensors, version)
         return engine.weight_version
 
+    # -- NCCL weight sync (`learner.weight_sync: nccl`; driven by actors.learner.nccl_sync.sync_over_nccl) --------
+    async def _nccl_engine(self) -> Any:
+        engine = await self.holder.get()
+        if not hasattr(engine, "receive_weights"):
+            raise ValueError(f"NCCL weight sync needs a vLLM policy engine, this worker runs "
+                             f"{self.holder.spec.backend!r}; set rollout.backend: vllm, or learner.weight_sync: "
+                             "object_store")
+        return engine
+
+    async def weight_transfer_state(self, update: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """{"ranks": the engine's NCCL ranks (its tensor_parallel_size), "endpoint": [address, port] of the
+        weight-transfer group its engine is in, or None}; checks the NCCL update message `update` first when
+        given (`VLLMEngine.check_weight_update`)."""
+        engine = await self._nccl_engine()
+        if update is not None:
+            engine.check_weight_update(dict(update))
+        info = engine.weight_transfer_info
+        return {"ranks": self.holder.spec.tensor_parallel_size,
+                "endpoint": None if info is None else [info["master_address"], info["master_port"]]}
+
+    async def init_weight_transfer(self, info: Mapping[str, Any]) -> None:
+        """Join the engine to the trainer's NCCL weight-transfer group (`VLLMEngine.init_weight_transfer`)."""
+        await (await self._nccl_engine()).init_weight_transfer(dict(info))
+
+    async def receive_weights(self, update: Mapping[str, Any], version: int) -> int:
+        """Receive one NCCL broadcast of the policy's weights (`VLLMEngine.receive_weights`); returns the
+        recorded version."""
+        engine = await self._nccl_engine()
+        await engine.receive_weights(dict(update), version)
+        return engine.weight_version
+
     async def take_faults(self) -> dict[str, int]:
         """Retries of searches and scoring calls since the last call (counts), then reset."""
         out, self.faults = dict(self.faults), Counter()
@@ -89,12 +120,13 @@ def start_rollout_workers(actors: ActorSet, cfg: Any, pool: Any, generator: Any 
                           model: str | None = None, worker_cls: type = RolloutWorker, count: int | None = None) -> list:
     """Start `count` (default `rollout.num_workers`) workers of `worker_cls` on the policy engine of
     `cfg` (`model`: another policy, e.g. a checkpoint), each with `rollout.cpus_per_worker` /
-    `gpus_per_worker`; Ray restarts a crashed one up to `ray.max_restarts` times (it comes back with
+    `gpus_per_worker`, spread over the nodes; Ray restarts a crashed one up to `ray.max_restarts` times (it comes back with
     the starting weights: `pipelines.rollout_dispatch` re-syncs it before use). Returns the handles
     (not yet ready: see `ActorSet.wait_ready`)."""
     ro = cfg.rollout
     spec = engine_spec(cfg, "policy", model)
-    restarts = {"max_restarts": cfg.ray.max_restarts}
+    # SPREAD over nodes (cluster.roles plans it): each node's engines share its cores and memory.
+    options = {"max_restarts": cfg.ray.max_restarts, "scheduling_strategy": "SPREAD"}
     return [actors.start(worker_cls, spec, pool, generator, judge, num_cpus=ro.cpus_per_worker,
-                         num_gpus=ro.gpus_per_worker, options=restarts)
+                         num_gpus=ro.gpus_per_worker, options=options)
             for _ in range(ro.num_workers if count is None else count)]
