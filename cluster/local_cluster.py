@@ -222,10 +222,23 @@ class LocalCluster:
                 continue
         return out
 
+    def keep_logs(self, target: str | os.PathLike) -> Path:
+        """Copy every node's Ray session logs (raylet, GCS, workers' stdout/stderr) to `target/<node>/`
+        before `stop()` removes the temp dirs. Returns `target`."""
+        target = Path(target)
+        for node in self.nodes:
+            logs = node.temp_dir / "session_latest" / "logs"
+            if logs.is_dir():
+                shutil.copytree(logs, target / node.name, dirs_exist_ok=True,
+                                ignore=shutil.ignore_patterns("*.sock", "events"))
+            if node.log_path.exists():
+                shutil.copy(node.log_path, target / f"{node.name}-ray-start.log")
+        return target
+
     def stop(self, timeout_s: float = 30.0) -> list[str]:
         """Stop the worker nodes, then the head, each by SIGTERM to its own `ray start --block`; kill
         (by pid) what is still alive after `timeout_s`; remove the temp dirs. Returns the cluster's
-        processes still alive afterwards ("pid [cmd]"; [] when all are gone)."""
+        processes still alive afterwards ("pid name"; [] when all are gone)."""
         from cluster.exit_deadline import kill_processes
 
         try:

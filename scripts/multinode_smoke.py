@@ -9,9 +9,10 @@ and where each role ran.
    node a custom resource (`searchrl_node_b`) so the nodes tell apart (`cluster.local_cluster`).
 2. Builds a 2-shard index of the pack's first `--passages` passages with `scripts.build_index` on
    that cluster (or uses `--index-dir`).
-3. Submits `scripts.train` with the embedded CPU model for `--steps` steps through the Jobs API with
-   the cluster's token (`scripts.submit.submit_job`: the `ray job submit` path), 2 rollout workers
-   and 2 shards, and waits for it to end. The job's log is `<work-dir>/job.log`.
+3. Submits `scripts.train` with the embedded CPU model (Gemma 3 270M; rollout engines on transformers,
+   see SMOKE_OVERRIDES) for `--steps` steps through the Jobs API with the cluster's token
+   (`scripts.submit.submit_job`: the `ray job submit` path), 2 rollout workers and 2 shards, and waits for it to end. The job's log is `<work-dir>/job.log`; when it did not
+   succeed, the nodes' Ray logs are copied to `<work-dir>/ray-logs/` before the nodes stop.
 4. Reads from Ray's state API on which node each retrieval shard, rollout worker and learner rank
    of the job ran.
 5. Prints `multinode: nodes=2 job=SUCCEEDED steps=N shard_nodes=2 learner_node=... rollout_nodes=...
@@ -40,9 +41,12 @@ from scripts.cli import parse_config, user_errors
 REPO = Path(__file__).resolve().parents[1]
 NODE_B = "searchrl_node_b"
 # A short job that still has every role of a training run on real models: 2 shards and 2 rollout
-# workers (SPREAD over the nodes), one learner rank; small steps.
+# workers (SPREAD over the nodes), one learner rank; small steps. The rollout engines are transformers
+# ones: two vLLM CPU engines (~7.4 GB each with their engine-core and worker processes) beside the
+# Gemma learner (~8.6 GB) exceed this 24 GiB machine, and Ray's memory monitor killed one (measured).
 SMOKE_OVERRIDES = [
-    "index.num_shards=2", "rollout.num_workers=2", "rollout.cpus_per_worker=0.5", "learner.num_ranks=1",
+    "index.num_shards=2", "rollout.num_workers=2", "rollout.backend=hf", "rollout.cpus_per_worker=0.5",
+    "learner.num_ranks=1",
     "learner.cpus_per_rank=1.0", "retrieval.query_encoders=1", "train.questions_per_step=2",
     "rollout.samples_per_prompt=2", "learner.mini_batch_size=4", "learner.micro_batch_size=2",
     "rollout.max_new_tokens_per_turn=48", "train.eval_questions=0", "train.eval_every=0", "train.save_every=0",
@@ -118,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
                              default_config=str(REPO / "configs" / "r1_searcher_learn_cpu.yaml"))
     overrides = args.overrides  # ours first, then the caller's (the later wins)
     with user_errors():
-        cfg = validate(cfg)  # a bad config fails before any node starts
+        cfg = validate(cfg, need_index=bool(args.index_dir))  # a bad config fails before any node starts
     t0 = time.monotonic()
     cluster = LocalCluster(NodeSpec(args.node_cpus, object_store_bytes=2**30),
                            [NodeSpec(args.node_cpus, {NODE_B: 1}, object_store_bytes=2**30)], cwd=REPO)
@@ -149,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         print("multinode: interrupted; stopping both nodes", file=sys.stderr)
         return 130
     finally:
+        if report.get("job") != "SUCCEEDED":  # the nodes' Ray logs go with the temp dirs: keep them
+            report["ray_logs"] = str(cluster.keep_logs(work / "ray-logs"))
         report["leftovers"] = cluster.stop()
     report["seconds"] = round(time.monotonic() - t0)
     Path(args.out or work / "multinode_smoke.json").write_text(json.dumps(report, indent=2))
