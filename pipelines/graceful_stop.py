@@ -41,6 +41,21 @@ class StopRequested(Exception):
         self.signum, self.clean = signum, clean
 
 
+def stop_request(error: BaseException) -> StopRequested | None:
+    """The `StopRequested` behind `error`: `error` itself, or the exception it was raised from. Ray's
+    Cython core runs signal handlers inside its own calls (`ray.wait`, `ray.get` check signals while
+    they block); a handler's exception then comes out as `SystemError: <cyfunction CoreWorker.wait>
+    returned a result with an exception set`, caused by the StopRequested (seen on SIGINT mid-rollout).
+    Returns None when no StopRequested is in the chain."""
+    for _ in range(8):  # a short chain: the error, its cause, maybe one more
+        if isinstance(error, StopRequested):
+            return error
+        error = error.__cause__ or error.__context__
+        if error is None:
+            return None
+    return None
+
+
 class TrainingStopped(Exception):
     """A run stopped by a signal after cleaning up (raised by `pipelines.train.train`).
 

@@ -9,7 +9,7 @@ import logging
 from typing import Any
 
 from pipelines.checkpoints import last_checkpoint
-from pipelines.graceful_stop import GracefulStop, StopRequested, TrainingStopped
+from pipelines.graceful_stop import GracefulStop, StopRequested, TrainingStopped, stop_request
 from pipelines.train_metrics import step_summary
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,10 @@ def run_loop(trainer: Any, start_step: int, stop: GracefulStop | None = None) ->
             show("done" if done == total else "next step")
             bar.update(1)
             stop.check()
-    except StopRequested as e:
+    except (StopRequested, SystemError) as raised:  # SystemError: a StopRequested from inside Ray's core
+        e = stop_request(raised)
+        if e is None:
+            raise
         log.warning("%s after %d completed steps: stopping", e, completed)
         if pending is not None:
             trainer.tracker.log(pending, step=completed)
@@ -79,7 +82,9 @@ def run_loop(trainer: Any, start_step: int, stop: GracefulStop | None = None) ->
             show("checkpoint")
             try:
                 trainer.save(completed)
-            except StopRequested:  # a second signal: the newest complete checkpoint on disk stays the resume point
+            except (StopRequested, SystemError) as second:  # a second signal: the newest complete checkpoint stays
+                if stop_request(second) is None:
+                    raise
                 log.warning("second signal: the checkpoint of step %d was abandoned", completed)
         raise TrainingStopped(e.signum, trainer.run_dir, completed, last_checkpoint(trainer.run_dir)) from None
     finally:

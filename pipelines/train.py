@@ -28,7 +28,7 @@ import torch
 
 from configs.schema import Config
 from pipelines.checkpoints import STATE_FILE, dir_bytes, last_checkpoint, prune_checkpoints, save_rollouts
-from pipelines.graceful_stop import GracefulStop, StopRequested, TrainingStopped
+from pipelines.graceful_stop import GracefulStop, StopRequested, TrainingStopped, stop_request
 from pipelines.run_loop import run_loop
 
 log = logging.getLogger(__name__)
@@ -462,7 +462,10 @@ def train(cfg: Config, resume: str | Path | None = None, progress: bool = True) 
                     start_step = trainer.resume(checkpoint)
                     wandb_id = json.loads((checkpoint / STATE_FILE).read_text()).get("wandb_id")
                 trainer.tracker = Tracker(run_dir, cfg, wandb_id=wandb_id, resumed=checkpoint is not None)
-            except StopRequested as e:  # while the actors were starting: nothing new to save
+            except (StopRequested, SystemError) as raised:  # while the actors were starting: nothing new to save
+                e = stop_request(raised)  # (a SystemError: raised from inside Ray's core, see stop_request)
+                if e is None:
+                    raise
                 raise TrainingStopped(e.signum, run_dir, start_step, last_checkpoint(run_dir)) from None
             run_loop(trainer, start_step, stop)
     finally:

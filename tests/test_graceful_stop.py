@@ -126,3 +126,37 @@ def test_handlers_are_restored_and_phase_rules():
             stop.handle(signal.SIGINT, None)
         assert not e.value.clean
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+class StopInsideRayTrainer(ScriptedTrainer):
+    """Step `at` fails the way a signal handler's exception leaves Ray's Cython core (`ray.wait`): a
+    SystemError caused by the StopRequested (seen on SIGINT during a real rollout)."""
+
+    def __init__(self, run_dir: Path, total: int, at: int, cause: bool = True):
+        super().__init__(run_dir, total)
+        self.at, self.cause = at, cause
+
+    def step(self, step: int) -> dict[str, float]:
+        if step == self.at:
+            self._phase(step, "rollout+score")
+            error = SystemError("<cyfunction CoreWorker.wait> returned a result with an exception set")
+            if not self.cause:
+                raise error
+            try:
+                raise StopRequested(signal.SIGINT, clean=True)
+            except StopRequested as e:
+                raise error from e
+        return super().step(step)
+
+
+def test_a_stop_raised_inside_rays_core_still_stops_cleanly(tmp_path):
+    from pipelines.graceful_stop import stop_request
+
+    trainer = StopInsideRayTrainer(tmp_path, total=5, at=2)
+    stopped = run(trainer)
+    assert isinstance(stopped, TrainingStopped) and stopped.signum == signal.SIGINT
+    assert stopped.completed_steps == 2 and trainer.saved == [2] and trainer.logged == [1, 2]
+    assert stop_request(ValueError("x")) is None
+
+    with pytest.raises(SystemError):  # a SystemError with no stop behind it is a real error
+        run(StopInsideRayTrainer(tmp_path / "b", total=5, at=1, cause=False))
