@@ -219,7 +219,10 @@ def test_zero2_two_ranks_equal_one_rank(ray_local, tiny_gemma_dir):
             group.shutdown()
     assert weights[1].keys() == weights[2].keys()
     diff = max((weights[1][k] - weights[2][k]).abs().max().item() for k in weights[1])
-    assert diff < 1e-5, f"ZeRO-2 with 2 ranks differs from 1 rank by {diff}"
+    # fp32 sums differ in order between 1 rank (accumulated micro-batches) and 2 (all-reduce), and by CPU
+    # kernel: 1.09e-5 on one machine kind, under 1e-5 on another (the same code). A wrong split or loss
+    # normalisation moves weights by the order of one Adam step (lr = 1e-3).
+    assert diff < 5e-5, f"ZeRO-2 with 2 ranks differs from 1 rank by {diff}"
 
 
 def test_weight_sync_gives_the_rollout_engine_the_learner_logprobs(ray_local, tiny_gemma_dir, small_index, data_dir):
