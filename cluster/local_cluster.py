@@ -17,6 +17,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -77,8 +78,6 @@ class LocalCluster:
 
     def __init__(self, head: NodeSpec | None = None, workers: Sequence[NodeSpec] = (),
                  bin_dir: str | os.PathLike | None = None, cwd: str | os.PathLike | None = None):
-        import sys
-
         self.head_spec, self.worker_specs = head or NodeSpec(), list(workers)
         self.bin_dir = Path(bin_dir) if bin_dir else Path(sys.executable).parent
         self.cwd = cwd

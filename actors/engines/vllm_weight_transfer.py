@@ -15,6 +15,20 @@ from typing import Any
 NCCL_WEIGHT_TRANSFER: dict[str, Any] = {"weight_transfer_config": {"backend": "nccl"}}
 
 
+def _check_as(info_cls: type, payload: Any, what: str, invalid: str) -> None:
+    """Parse `payload` the way vLLM's workers will (`info_cls(**payload)`), before any NCCL call.
+
+    Raises:
+        ValueError: "<what> must be a dict, got ..." or "<what's method>: <invalid> (<vLLM's message>)".
+    """
+    if not isinstance(payload, dict):
+        raise ValueError(f"{what} must be a dict, got {type(payload).__name__}")
+    try:
+        info_cls(**payload)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{what.split(':')[0]}: {invalid} ({e})") from None
+
+
 def weight_transfer_init_request(info: dict[str, Any]):
     """vLLM's `WeightTransferInitRequest` for `AsyncLLM.init_weight_transfer_engine`, after checking `info`
     the way the NCCL workers will parse it (`NCCLWeightTransferInitInfo(**info)`: master_address,
@@ -26,12 +40,7 @@ def weight_transfer_init_request(info: dict[str, Any]):
     from vllm.distributed.weight_transfer.base import WeightTransferInitRequest
     from vllm.distributed.weight_transfer.nccl_common import NCCLWeightTransferInitInfo
 
-    if not isinstance(info, dict):
-        raise ValueError(f"init_weight_transfer: info must be a dict, got {type(info).__name__}")
-    try:
-        NCCLWeightTransferInitInfo(**info)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"init_weight_transfer: not NCCL init info ({e})") from None
+    _check_as(NCCLWeightTransferInitInfo, info, "init_weight_transfer: info", "not NCCL init info")
     return WeightTransferInitRequest(init_info=dict(info))
 
 
@@ -46,12 +55,7 @@ def weight_transfer_update_request(update: dict[str, Any]):
     from vllm.distributed.weight_transfer.base import WeightTransferUpdateRequest
     from vllm.distributed.weight_transfer.nccl_engine import NCCLWeightTransferUpdateInfo
 
-    if not isinstance(update, dict):
-        raise ValueError(f"receive_weights: update must be a dict, got {type(update).__name__}")
-    try:
-        NCCLWeightTransferUpdateInfo(**update)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"receive_weights: not an NCCL update message ({e})") from None
+    _check_as(NCCLWeightTransferUpdateInfo, update, "receive_weights: update", "not an NCCL update message")
     return WeightTransferUpdateRequest(update_info=dict(update))
 
 
