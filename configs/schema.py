@@ -251,7 +251,7 @@ class TrainConfig(StrictModel):
         "checkpoint", description="What a learner rebuild loads: 'checkpoint' = the last on-disk checkpoint "
         "(save_every; the steps since are redone); 'snapshot' = a copy of the learners' DeepSpeed state (weights, "
         "optimizer, scheduler) written after every step to snapshot_dir, so only the failed step is redone (costs "
-        "the state's size in memory, ~3.2 GB for Gemma 270M in fp32 with AdamW, and a save per step).",
+        "the state's size in memory: fp32 weights + two AdamW moments, 12 bytes per parameter; and a save per step).",
     )
     snapshot_dir: str = Field(
         "/dev/shm", description="Where learner_recovery=snapshot keeps the snapshot (a RAM-backed tmpfs by default; "
