@@ -37,8 +37,8 @@ import signal, subprocess, sys, time
 from scripts.cli import sigterm_as_interrupt
 signal.signal(signal.SIGTERM, sigterm_as_interrupt)
 child = subprocess.Popen(["sleep", "300"])
-print(child.pid, flush=True)
 try:
+    print(child.pid, flush=True)  # inside the try: the test signals as soon as it reads this line
     time.sleep(300)
 except KeyboardInterrupt:
     print("cleaning up", flush=True)
