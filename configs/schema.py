@@ -250,7 +250,8 @@ class TrainConfig(StrictModel):
     learner_recovery: Literal["checkpoint", "snapshot"] = Field(
         "checkpoint", description="What a learner rebuild loads: 'checkpoint' = the last on-disk checkpoint "
         "(save_every; the steps since are redone); 'snapshot' = a copy of the learners' DeepSpeed state (weights, "
-        "optimizer, scheduler) written after every step to snapshot_dir, so only the failed step is redone (costs "
+        "optimizer, scheduler) written after every step that writes no checkpoint to snapshot_dir; a rebuild loads the "
+        "newer of it and the last checkpoint, so only the failed step is redone (costs "
         "the state's size in memory: fp32 weights + two AdamW moments, 12 bytes per parameter; and a save per step).",
     )
     snapshot_dir: str = Field(

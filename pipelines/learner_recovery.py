@@ -1,10 +1,11 @@
 """The learners' state after the last completed step, for `train.learner_recovery: snapshot`.
 
-After every step each learner group writes its DeepSpeed state (weights, optimizer, scheduler, RNG
-and update counter; every rank its shard, no Hugging Face copy) under `train.snapshot_dir`
-(`/dev/shm` by default: memory, not disk). When a rank dies, the rebuilt learners load it and only the
-failed step is redone, where the on-disk checkpoint (`train.save_every`) would redo every step since.
-Only the newest snapshot is kept. The folder is per node: when rebuilt ranks land on a node without
+After every step that writes no checkpoint, each learner group writes its DeepSpeed state (weights,
+optimizer, scheduler, RNG and update counter; every rank its shard, no Hugging Face copy) under
+`train.snapshot_dir` (`/dev/shm` by default: memory, not disk). When a rank dies, the rebuilt learners
+load the newer of the snapshot and the last checkpoint, so only the failed step is redone, where the
+on-disk checkpoint (`train.save_every`) alone would redo every step since. Only the newest snapshot is
+kept, and a checkpoint removes it (it is older then). The folder is per node: when rebuilt ranks land on a node without
 it, loading fails and the trainer falls back to the last checkpoint.
 """
 
@@ -82,11 +83,11 @@ def rebuild_learners(trainer: Any) -> None:
 
 
 def recover_learners(trainer: Any, error: Exception, step: int) -> int:
-    """After a learner rank died during `step` (0-based): rebuild both groups, load the newest
-    snapshot (`train.learner_recovery: snapshot`), else the last checkpoint, else keep the starting
-    model; give the rollout workers those weights. Returns the step to go on from (the snapshot's:
-    only the failed step is redone; the checkpoint's; or 0). Counts `faults/learner_restarts` and
-    `faults/steps_redone`.
+    """After a learner rank died during `step` (0-based): rebuild both groups, load the snapshot
+    (`train.learner_recovery: snapshot`) when it is newer than the last checkpoint, else that
+    checkpoint, else keep the starting model; give the rollout workers those weights. Returns the step
+    to go on from (the snapshot's or checkpoint's, at best the failed step itself; or 0). Counts
+    `faults/learner_restarts` and `faults/steps_redone`.
 
     Raises:
         `error`: more than `train.max_learner_restarts` recoveries in this run.
@@ -100,14 +101,17 @@ def recover_learners(trainer: Any, error: Exception, step: int) -> int:
     rebuild_learners(trainer)
     snapshot = trainer.snapshot
     groups = [g for g in (trainer.policy, trainer.critic) if g is not None]
-    back_to = snapshot.load(groups) if snapshot is not None else None
+    checkpoint = last_checkpoint(trainer.run_dir)
+    checkpoint_step = int(checkpoint.name.split("-")[1]) if checkpoint is not None else -1
+    newer = snapshot is not None and snapshot.step is not None and snapshot.step > checkpoint_step
+    back_to = snapshot.load(groups) if newer else None
     source: Any = snapshot.path if back_to is not None else None
-    checkpoint = last_checkpoint(trainer.run_dir) if back_to is None else None
+    checkpoint = checkpoint if back_to is None else None
     if checkpoint is not None:  # loads, syncs the workers; overwrites whatever a failed snapshot load left
         back_to, source = trainer.resume(checkpoint), checkpoint
     else:
         if back_to is None:
-            if snapshot is not None and snapshot.path is not None:  # a half-loaded snapshot: start clean
+            if newer:  # the snapshot failed to load, maybe half-way: start clean
                 rebuild_learners(trainer)
             back_to, source = 0, "the starting model"
         trainer.policy.sync_weights(trainer.workers, version=back_to)

@@ -56,7 +56,8 @@ def run_loop(trainer: Any, start_step: int, stop: GracefulStop | None = None) ->
             step += 1
             completed = done = step
             pending = metrics
-            if getattr(trainer, "snapshot", None) is not None:
+            checkpoint_due = done == total or bool(cfg.train.save_every and done % cfg.train.save_every == 0)
+            if getattr(trainer, "snapshot", None) is not None and not checkpoint_due:  # a checkpoint supersedes it
                 show("snapshot")
                 trainer.snapshot_learners(done)
             if done == total or (cfg.train.eval_every and done % cfg.train.eval_every == 0):
@@ -64,7 +65,7 @@ def run_loop(trainer: Any, start_step: int, stop: GracefulStop | None = None) ->
                 metrics.update(trainer.evaluate_dev(done))
             trainer.tracker.log(metrics, step=done)
             pending, last = None, step_summary(metrics)
-            if done == total or (cfg.train.save_every and done % cfg.train.save_every == 0):
+            if checkpoint_due:
                 show("checkpoint")
                 trainer.save(done)
                 saved = done

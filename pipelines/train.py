@@ -362,13 +362,16 @@ class Trainer:
     def save(self, step: int) -> Path:
         """Checkpoint after `step` completed steps: learners (weights, optimizer, scheduler, RNG), then
         `trainer_state.json` (written last: its presence marks a complete checkpoint). Older
-        checkpoints beyond `train.keep_checkpoints` keep only their Hugging Face weights."""
+        checkpoints beyond `train.keep_checkpoints` keep only their Hugging Face weights. The learner
+        snapshot (`train.learner_recovery: snapshot`), older now, is removed."""
         path = self.run_dir / "checkpoints" / f"step-{step}"
         self.policy.save_checkpoint(str(path))
         if self.critic is not None:
             self.critic.save_checkpoint(str(path))
         state = {"step": step, "wandb_id": self.tracker.wandb_id if self.tracker else None, "time": time.time()}
         (path / STATE_FILE).write_text(json.dumps(state))
+        if self.snapshot is not None:  # the checkpoint is newer: the snapshot's memory goes back
+            self.snapshot.remove()
         for old in prune_checkpoints(self.run_dir, self.cfg.train.keep_checkpoints):
             log.info("checkpoint %s: optimizer state dropped, Hugging Face weights kept (%.2f GB)", old.name,
                      dir_bytes(old) / 1e9)

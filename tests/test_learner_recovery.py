@@ -183,12 +183,34 @@ class SnapshotTrainer(DyingRankTrainer):
         self.snapshots.append(step)
 
     def recover_learners(self, error: Exception, step: int) -> int:
-        self.recoveries.append((step, self.snapshots[-1] if self.snapshots else 0))
+        self.recoveries.append((step, max(self.snapshots[-1:] + self.saved[-1:], default=0)))  # the newer
         return self.recoveries[-1][1]
 
 
 def test_loop_with_snapshots_redoes_only_the_failed_step(tmp_path):
-    trainer = SnapshotTrainer(tmp_path, total=5, die_at=[3], save_every=2)
+    trainer = SnapshotTrainer(tmp_path, total=5, die_at=[2, 3], save_every=2)
     assert run(trainer) is None
-    assert trainer.stepped == [0, 1, 2, 3, 3, 4] and trainer.recoveries == [(3, 3)]
-    assert trainer.snapshots == [1, 2, 3, 4, 5] and trainer.saved == [2, 4, 5] and trainer.logged == [1, 2, 3, 4, 5]
+    assert trainer.stepped == [0, 1, 2, 2, 3, 3, 4] and trainer.recoveries == [(2, 2), (3, 3)]
+    assert trainer.snapshots == [1, 3]  # none at checkpoint steps 2, 4 and 5: the checkpoint is as new
+    assert trainer.saved == [2, 4, 5] and trainer.logged == [1, 2, 3, 4, 5]
+
+
+def test_a_newer_checkpoint_wins_over_the_snapshot_and_removes_it(tmp_path):
+    from types import SimpleNamespace
+
+    from pipelines.learner_recovery import LearnerSnapshot, recover_learners
+    from pipelines.train import Trainer
+
+    snap = LearnerSnapshot(tmp_path / "shm", "run")
+    snap.save(3, [FakeGroup(), FakeGroup("critic")])
+    trainer = fake_trainer(tmp_path, snap)
+    (trainer.run_dir / "checkpoints" / "step-4" / "policy" / "deepspeed" / "state").mkdir(parents=True)
+    (trainer.run_dir / "checkpoints" / "step-4" / "trainer_state.json").write_text('{"step": 4}')
+    assert recover_learners(trainer, LearnerRankError("rank died"), step=4) == 4
+    assert trainer.resumed == [trainer.run_dir / "checkpoints" / "step-4"] and trainer.policy.loaded == []
+
+    owner = SimpleNamespace(run_dir=tmp_path / "run2", policy=FakeGroup(), critic=None, tracker=None,
+                            snapshot=snap, cfg=SimpleNamespace(train=SimpleNamespace(keep_checkpoints=1)))
+    Trainer.save(owner, 5)  # the real save: checkpoint, then the older snapshot goes
+    assert (owner.run_dir / "checkpoints" / "step-5" / "trainer_state.json").is_file()
+    assert snap.path is None and not snap.dir.exists()
