@@ -2,8 +2,8 @@
 
     .venv/bin/python -m scripts.chaos [--config configs/s3_cpu.yaml] [--steps 6] [key=value ...]
 
-It starts its own Ray head (`ray start --head --block`, its own temp dir and port), runs
-`scripts.train` as a separate driver process on it (s3 recipe, GRPO, 2 questions x 2 samples per
+It starts its own one-node Ray cluster (`cluster.local_cluster.LocalCluster`: `ray start --head
+--block`, its own temp dir, ports and auth token), runs `scripts.train` as a separate driver process on it (s3 recipe, GRPO, 2 questions x 2 samples per
 step, a checkpoint every step) and, from this process, SIGKILLs actor processes in the middle of
 steps (found by class in Ray's state API, killed by PID):
 
@@ -19,7 +19,8 @@ questions an uninterrupted run takes at that step (`pipelines.chaos_checks`), an
 
 Exit status 0 when every kill happened and every check passed, 1 otherwise, 2 for a bad config or a
 missing index. Needs the pack's index (`scripts.build_index`, the main job builds it). SIGTERM or
-Ctrl-C stops the driver and the Ray head it started.
+Ctrl-C stops the driver and the Ray cluster it started; a failed run keeps the cluster's logs in
+`<work-dir>/ray-logs`.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -47,12 +47,6 @@ CHAOS_OVERRIDES = (  # small steps; GRPO (no critic) keeps the learner to one mo
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _wait(condition, timeout_s: float, what: str, proc: subprocess.Popen | None = None) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -63,13 +57,12 @@ def _wait(condition, timeout_s: float, what: str, proc: subprocess.Popen | None 
         time.sleep(0.5)
 
 
-def _kill_actor(class_name: str) -> bool:
-    """SIGKILL the process of one live actor of `class_name` (on this machine); True when one was."""
-    from ray.util.state import list_actors
-
-    for actor in list_actors(filters=[("state", "=", "ALIVE")], limit=1000):
-        if actor.class_name == class_name and actor.pid:
-            os.kill(actor.pid, signal.SIGKILL)
+def _kill_actor(cluster, class_name: str) -> bool:
+    """SIGKILL the process of one live actor of `class_name` (the cluster's state API finds it; all
+    its nodes are on this machine); True when one was."""
+    for actor in cluster.list_actors():
+        if actor.get("class_name") == class_name and actor.get("state") == "ALIVE" and actor.get("pid"):
+            os.kill(int(actor["pid"]), signal.SIGKILL)
             return True
     return False
 
@@ -112,29 +105,22 @@ def main(argv: list[str] | None = None) -> int:
     cfg = cfg.model_copy(update={"run_dir": str(work / "runs")})
     config = work / "config.yaml"
     config.write_text(cfg_to_yaml(cfg))
-    port, log = _free_port(), work / "driver.log"
-    os.environ["RAY_AUTH_MODE"] = "disabled"  # a loopback-only cluster of this process's own
-    env = {**os.environ, "RAY_ADDRESS": f"127.0.0.1:{port}"}
-    with open(work / "head.log", "w") as head_log:  # the dashboard serves the state API the kills use
-        head = subprocess.Popen([str(Path(sys.executable).parent / "ray"), "start", "--head", "--block",
-                                 "--node-ip-address=127.0.0.1", f"--port={port}", f"--num-cpus={cfg.ray.num_cpus or 8}",
-                                 f"--temp-dir={work / 'ray'}", f"--dashboard-port={_free_port()}",
-                                 "--disable-usage-stats"], env=dict(os.environ), stdout=head_log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-    driver = None
-    done: dict[str, int] = {}
+    from cluster.local_cluster import LocalCluster, NodeSpec
+
+    log, cluster = work / "driver.log", LocalCluster(NodeSpec(num_cpus=cfg.ray.num_cpus or 8,
+                                                              object_store_bytes=4 * 2**30), cwd=REPO)
+    driver, done, ok = None, {}, False
     t0 = time.monotonic()
     try:
-        import ray
-
-        _wait(lambda: _connect(ray, env["RAY_ADDRESS"], cfg.ray.namespace, work / "head.log"), 120, "Ray head", head)
+        cluster.start()
+        env = {**cluster.env(), "RAY_ADDRESS": cluster.gcs_address}
         driver = _driver(["--config", str(config)], env, log)
         _wait(lambda: any((work / "runs").iterdir()), 600, "run directory", driver)
         run_dir = next((work / "runs").iterdir())
         for step, label, cls in KILLS:
             _wait(lambda s=step: _checkpointed(run_dir, s - 1), 1800, f"checkpoint of step {step - 1}", driver)
             time.sleep(3)  # into the rollout phase of `step`
-            if _kill_actor(cls):
+            if _kill_actor(cluster, cls):
                 done[label] = done.get(label, 0) + 1
                 print(f"chaos: killed a {cls} during step {step}", flush=True)
         _wait(lambda: _checkpointed(run_dir, 4), 1800, "checkpoint of step 4", driver)
@@ -147,12 +133,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"chaos: the resumed driver exited with status {status}; see {log}", file=sys.stderr)
             return 1
         check = check_run(run_dir, cfg, steps)
+        ok = True
     except KeyboardInterrupt:
-        print("chaos: interrupted; stopping the driver and the Ray head", file=sys.stderr)
+        print("chaos: interrupted; stopping the driver and the Ray cluster", file=sys.stderr)
         return 130
     finally:
         _stop(driver)
-        _stop(head)
+        if not ok:
+            print(f"chaos: Ray logs kept in {cluster.keep_logs(work / 'ray-logs')}", file=sys.stderr)
+        cluster.stop()
     kills = ",".join(f"{label}:{done.get(label, 0)}" for label in ("shard", "rollout", "frozen", "learner", "driver"))
     print(f"chaos: steps={steps} kills={kills} lost={check.lost} duplicated={check.duplicated} "
           f"resumed_same_order={str(check.same_order).lower()} seconds={time.monotonic() - t0:.0f}")
@@ -171,14 +160,6 @@ def args_steps(argv: list[str]) -> int:
         if a.startswith("--steps="):
             return int(a.split("=", 1)[1])
     return 6
-
-
-def _connect(ray, address: str, namespace: str, head_log: Path) -> bool:
-    """Join the head once its log says it started (ray.init would otherwise wait on its own)."""
-    if "Ray runtime started" not in head_log.read_text(errors="replace"):
-        return False
-    ray.init(address=address, namespace=namespace, log_to_driver=False, logging_level="ERROR")
-    return True
 
 
 def _checkpointed(run_dir: Path, step: int) -> bool:
