@@ -56,6 +56,24 @@ def _console_filter(record: logging.LogRecord) -> bool:
     return record.levelno >= logging.WARNING or record.name.split(".")[0] in PROJECT_LOGGERS
 
 
+def quiet_library_console(name: str, drop: tuple[str, ...] = ()) -> None:
+    """Without `--verbose`: the console handlers a library attached to its own non-propagating logger
+    `name` (Ray Data does at import: INFO lines per dataset execution) show only its warnings, and
+    none whose message starts with one of `drop` (notices about a setting this project chose). Its
+    file handlers keep everything. A no-op with `--verbose`."""
+    if verbose():
+        return
+
+    def console_only_warnings(record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING and not record.getMessage().startswith(drop)
+
+    console_only_warnings._searchrl_quiet = True  # type: ignore[attr-defined]
+    for handler in logging.getLogger(name).handlers:
+        if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
+            if not any(getattr(f, "_searchrl_quiet", False) for f in handler.filters):  # once per handler
+                handler.addFilter(console_only_warnings)
+
+
 def verbose() -> bool:
     """Whether `setup_logging(verbose=True)` was called (actors' output streamed to the console)."""
     return _state["verbose"]

@@ -133,10 +133,13 @@ def embed_docs(docs_path: Path, spec: EncoderSpec, num_actors: int, cpus_per_act
 
     import pyarrow.parquet as pq
     import ray
+    import ray.data
 
     from actors.retrieval.encoder import PassageEncoderUDF
+    from cluster.logs import quiet_library_console
 
     ray.data.DataContext.get_current().enable_progress_bars = False  # the build's own bar reports
+    quiet_library_console("ray.data", drop=("Progress bars disabled",))
     table = pq.read_table(docs_path, columns=["row", "title", "text"])
     num_rows = table.num_rows
     # Ray Data returns a task's output when the task ends: small blocks keep the progress bar moving.

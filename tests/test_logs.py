@@ -63,3 +63,39 @@ def test_run_log_gets_every_library_s_records(clean_root, tmp_path):
     assert text.count("INFO ray.some_module: from ray\n") == 1 and text.count("from ray again") == 1
     assert "pipelines.train: from us" in text
     assert "after removal" not in text
+
+
+def test_a_library_s_own_console_handler_shows_only_its_warnings(clean_root, tmp_path):
+    """Ray Data attaches its own console handler to a non-propagating `ray.data` logger: without
+    --verbose its INFO lines and the notice about our own progress-bar choice stay off the console,
+    its warnings stay on it, and its file handler keeps everything."""
+    import io
+
+    lib = logging.getLogger("searchrl_test_lib")
+    lib.propagate, lib.level = False, logging.DEBUG
+    console = logging.StreamHandler(io.StringIO())
+    stream = console.stream
+    to_file = logging.FileHandler(tmp_path / "lib.log")
+    lib.addHandler(console)
+    lib.addHandler(to_file)
+    try:
+        logs.setup_logging(verbose=False)
+        logs.quiet_library_console("searchrl_test_lib", drop=("Progress bars disabled",))
+        logs.quiet_library_console("searchrl_test_lib", drop=("Progress bars disabled",))  # once per handler
+        assert len(console.filters) == 1 and not to_file.filters
+        lib.info("Starting execution of Dataset")
+        lib.warning("Progress bars disabled. To enable, set ...")
+        lib.warning("an actor died")
+        assert stream.getvalue() == "an actor died\n"
+        to_file.flush()
+        assert (tmp_path / "lib.log").read_text().count("\n") == 3
+
+        logs.setup_logging(verbose=True)
+        verbose_console = logging.StreamHandler(io.StringIO())
+        lib.addHandler(verbose_console)
+        logs.quiet_library_console("searchrl_test_lib")
+        assert not verbose_console.filters  # --verbose: everything on the console
+    finally:
+        for h in list(lib.handlers):
+            lib.removeHandler(h)
+            h.close()
