@@ -3,9 +3,10 @@
     .venv/bin/python -m scripts.chaos [--config configs/s3_cpu.yaml] [--steps 6] [key=value ...]
 
 It starts its own one-node Ray cluster (`cluster.local_cluster.LocalCluster`: `ray start --head
---block`, its own temp dir, ports and auth token), runs `scripts.train` as a separate driver process on it (s3 recipe, GRPO, 2 questions x 2 samples per
-step, a checkpoint every step) and, from this process, SIGKILLs actor processes in the middle of
-steps (found by class in Ray's state API, killed by PID):
+--block`, its own temp dir, ports and auth token), runs `scripts.train` as a separate driver process
+on it (s3 recipe, GRPO, 2 questions x 2 samples per step, a checkpoint every step) and, from this
+process, SIGKILLs actor processes in the middle of steps (found by class in Ray's state API, killed
+by PID):
 
 - during step 2: one retrieval shard (`ShardSearcher`) and one rollout worker (`RolloutWorker`);
 - during step 3: one frozen LLM (`FrozenLLMWorker`);
