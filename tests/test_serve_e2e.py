@@ -24,28 +24,38 @@ QUESTIONS = ["who wrote the declaration of independence", "what is the largest p
              "who discovered penicillin"]
 
 
-@pytest.fixture(scope="module")
-def server(small_index, tmp_path_factory):
-    """(base URL, process) of `scripts.serve` on the base Gemma model with the search_r1 recipe."""
+def start_server(small_index, log_dir: Path, *overrides: str) -> tuple[str, subprocess.Popen, Path]:
+    """(base URL, process, log) of `scripts.serve` on the base Gemma model with the search_r1 recipe, once
+    it printed its ready line; `overrides` are extra config keys (e.g. "serve.replicas=2")."""
     port = free_port()
-    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    log = log_dir / "serve.log"
     cmd = [sys.executable, "-m", "scripts.serve", "--checkpoint", "gemma3-270m",
            "--config", "configs/search_r1_learn_cpu.yaml", f"index.dir={small_index}", f"serve.port={port}",
            "ray.num_cpus=4", "rollout.max_new_tokens_per_turn=48", "train.recipe_options.max_turns=1",
-           "serve.max_ongoing_requests=4", "serve.max_queued_requests=32", "retrieval.query_encoders=1"]
+           "serve.max_ongoing_requests=4", "serve.max_queued_requests=32", "retrieval.query_encoders=1", *overrides]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"SEARCHRL_API_TOKEN": TOKEN}  # own cluster
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 420
+    deadline = time.monotonic() + 600
     url = None
     while url is None:
         text = log.read_text()
         for line in text.splitlines():
             if line.startswith("searcher ") and " ready in " in line:
                 url = line.rsplit(" at ", 1)[1].strip()
-        assert proc.poll() is None, f"scripts.serve exited with {proc.returncode}:\n{text[-3000:]}"
-        assert time.monotonic() < deadline, f"not ready after 420 s:\n{text[-3000:]}"
+        status = proc.poll()
+        if status is not None or time.monotonic() > deadline:
+            proc.kill()
+            why = f"exited with {status}" if status is not None else "was not ready after 600 s"
+            pytest.fail(f"scripts.serve {why}:\n{text[-3000:]}")
         time.sleep(1)
+    return url, proc, log
+
+
+@pytest.fixture(scope="module")
+def server(small_index, tmp_path_factory):
+    """(base URL, process, log) of `scripts.serve` with one searcher replica."""
+    url, proc, log = start_server(small_index, tmp_path_factory.mktemp("serve"))
     assert "example: curl -s " in log.read_text() and "Authorization: Bearer" in log.read_text()
     yield url, proc, log
     if proc.poll() is None:
