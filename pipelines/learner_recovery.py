@@ -5,8 +5,8 @@ optimizer, scheduler, RNG and update counter; every rank its shard, no Hugging F
 `train.snapshot_dir` (`/dev/shm` by default: memory, not disk). When a rank dies, the rebuilt learners
 load the newer of the snapshot and the last checkpoint, so only the failed step is redone, where the
 on-disk checkpoint (`train.save_every`) alone would redo every step since. Only the newest snapshot is
-kept, and a checkpoint removes it (it is older then). The folder is per node: when rebuilt ranks land on a node without
-it, loading fails and the trainer falls back to the last checkpoint.
+kept, and a checkpoint removes it (it is older then). The folder is per node: when rebuilt ranks land
+on a node without it, loading fails and the trainer falls back to the last checkpoint.
 """
 
 from __future__ import annotations
