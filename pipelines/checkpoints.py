@@ -18,10 +18,15 @@ STATE_FILE = "trainer_state.json"
 DEEPSPEED_DIR = "deepspeed"
 
 
+def checkpoint_step(checkpoint: Path) -> int:
+    """The completed steps a checkpoint folder holds: n of `step-<n>`."""
+    return int(checkpoint.name.split("-")[1])
+
+
 def complete_checkpoints(run_dir: str | Path) -> list[Path]:
     """The run's complete checkpoints (with `trainer_state.json`), oldest step first."""
     done = [p for p in (Path(run_dir) / "checkpoints").glob("step-*") if (p / STATE_FILE).is_file()]
-    return sorted(done, key=lambda p: int(p.name.split("-")[1]))
+    return sorted(done, key=checkpoint_step)
 
 
 def is_resumable(checkpoint: Path) -> bool:

@@ -92,7 +92,7 @@ def recover_learners(trainer: Any, error: Exception, step: int) -> int:
     Raises:
         `error`: more than `train.max_learner_restarts` recoveries in this run.
     """
-    from pipelines.checkpoints import last_checkpoint
+    from pipelines.checkpoints import checkpoint_step, last_checkpoint
 
     trainer.faults["learner_restarts"] += 1
     trainer.learner_restarts += 1
@@ -102,12 +102,11 @@ def recover_learners(trainer: Any, error: Exception, step: int) -> int:
     snapshot = trainer.snapshot
     groups = [g for g in (trainer.policy, trainer.critic) if g is not None]
     checkpoint = last_checkpoint(trainer.run_dir)
-    checkpoint_step = int(checkpoint.name.split("-")[1]) if checkpoint is not None else -1
-    newer = snapshot is not None and snapshot.step is not None and snapshot.step > checkpoint_step
+    saved = checkpoint_step(checkpoint) if checkpoint is not None else -1
+    newer = snapshot is not None and snapshot.step is not None and snapshot.step > saved
     back_to = snapshot.load(groups) if newer else None
     source: Any = snapshot.path if back_to is not None else None
-    checkpoint = checkpoint if back_to is None else None
-    if checkpoint is not None:  # loads, syncs the workers; overwrites whatever a failed snapshot load left
+    if back_to is None and checkpoint is not None:  # loads, syncs the workers; overwrites a failed snapshot load
         back_to, source = trainer.resume(checkpoint), checkpoint
     else:
         if back_to is None:

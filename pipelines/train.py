@@ -27,7 +27,14 @@ from typing import Any
 import torch
 
 from configs.schema import Config
-from pipelines.checkpoints import STATE_FILE, dir_bytes, last_checkpoint, prune_checkpoints, save_rollouts
+from pipelines.checkpoints import (
+    STATE_FILE,
+    checkpoint_step,
+    dir_bytes,
+    last_checkpoint,
+    prune_checkpoints,
+    save_rollouts,
+)
 from pipelines.graceful_stop import GracefulStop, StopRequested, TrainingStopped, stop_request
 from pipelines.run_loop import run_loop
 
@@ -130,7 +137,7 @@ def resume_checkpoint(run_dir: Path, cfg: Config) -> Path:
         raise FileNotFoundError(f"--resume {run_dir}: no resumable checkpoint under {run_dir}/checkpoints")
     changed = resume_changes(load_resume_config(run_dir)[0], cfg)
     if changed:
-        step = int(checkpoint.name.split("-")[1])
+        step = checkpoint_step(checkpoint)
         (run_dir / f"config.resume-{step}.yaml").write_text(cfg_to_yaml(cfg))
         log.info("resume at step %d changes %s (config.resume-%d.yaml)", step,
                  ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items()), step)

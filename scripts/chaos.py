@@ -164,10 +164,10 @@ def args_steps(argv: list[str]) -> int:
 
 
 def _checkpointed(run_dir: Path, step: int) -> bool:
-    from pipelines.checkpoints import last_checkpoint
+    from pipelines.checkpoints import checkpoint_step, last_checkpoint
 
     ckpt = last_checkpoint(run_dir)
-    return ckpt is not None and int(ckpt.name.split("-")[1]) >= step
+    return ckpt is not None and checkpoint_step(ckpt) >= step
 
 
 if __name__ == "__main__":
