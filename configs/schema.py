@@ -233,6 +233,13 @@ class TrainConfig(StrictModel):
     total_steps: int = Field(20, gt=0, description="Training steps (one rollout batch and one update each).")
     questions_per_step: int = Field(8, gt=0, description="Questions per step (x samples_per_prompt episodes).")
     train_limit: int | None = Field(None, gt=0, description="Use the first N training questions; None = all.")
+    select_questions: int = Field(
+        0, ge=0, description="Learnable-question selection (pipelines/prepare/learnable.py; R1-Searcher §2.1's idea): "
+        "before step 1 the untrained policy samples select_samples episodes of this many training questions (a seeded "
+        "sample spread over the datasets) and the run trains only on those whose samples' answer F1 differ; cached "
+        "beside the index. 0 = off (train on all questions).",
+    )
+    select_samples: int = Field(4, ge=2, description="Episodes per candidate question in the selection (count).")
     shuffle: bool = Field(True, description="Shuffle training questions each epoch (seeded).")
     eval_every: int = Field(0, ge=0, description="Dev-split evaluation every N steps; 0 = only at the end.")
     eval_questions: int = Field(32, ge=0, description="Dev questions per evaluation; 0 = no evaluation.")

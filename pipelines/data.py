@@ -331,3 +331,27 @@ def _mirage_rows(path: Path) -> Iterator[dict[str, Any]]:
         if not isinstance(answer, str) or answer not in opts:
             raise BadRowError(path, line, f"answer {answer!r} is not one of the options {sorted(opts)}")
         yield rec
+
+
+def spread_sample(rows: list[dict[str, Any]], limit: int | None, seed: int) -> list[dict[str, Any]]:
+    """A seeded sample of `limit` rows spread over their `dataset` field, in the rows' own order.
+
+    Each dataset's rows are taken in a seeded random order and dealt out round-robin over the datasets
+    (so 64 questions of a 6-dataset split hold 10-11 of each). Pack splits are sorted by dataset, so
+    their first N rows are usually one dataset. `limit` None or >= len(rows): all rows.
+    """
+    import random
+
+    if limit is None or limit >= len(rows):
+        return list(rows)
+    rng = random.Random(seed)
+    by_dataset: dict[str, list[int]] = {}
+    for i, row in enumerate(rows):
+        by_dataset.setdefault(str(row.get("dataset", "")), []).append(i)
+    queues = [rng.sample(idx, len(idx)) for _, idx in sorted(by_dataset.items())]
+    picked: list[int] = []
+    while len(picked) < limit:
+        for q in queues:
+            if q and len(picked) < limit:
+                picked.append(q.pop())
+    return [rows[i] for i in sorted(picked)]

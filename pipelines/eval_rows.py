@@ -1,5 +1,7 @@
 """Evaluation's result table (pure: no Ray, no engine): one record per method × question, scored
-by EM, F1, cover-EM, span_check and GenAcc, pooled per dataset and per method."""
+by EM, F1, cover-EM, span_check and GenAcc, pooled per dataset and per method; the pooled rows'
+bootstrap intervals and paired differences (`add_intervals`, statistics in `pipelines.eval_stats`);
+and the lines of `predictions.jsonl` (`prediction_line`)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pipelines.eval_stats import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_RESAMPLES,
+    DEFAULT_SEED,
+    bootstrap_ci,
+    paired_by_question,
+    paired_difference,
+)
 from recipes.metrics import cover_exact_match, exact_match, f1_score, span_check
 
 ALL = "all"
@@ -34,7 +44,8 @@ class QARecord:
     `answer`: the scored answer (None = the episode gave none; scores 0). `searches`: retrieval
     calls made for the question (count; the initial top-k of s3 / naive RAG counts as one).
     `gen_acc`: GenAcc = span_check ∨ judge_check, decided by the caller (the judge is an LLM).
-    `acc_l`: R1-Searcher's ACC_L verdict (§3.1), None when not asked.
+    `acc_l`: R1-Searcher's ACC_L verdict (§3.1), None when not asked. `qid`: the question's id
+    in its dataset (pairs methods question by question in `add_intervals`).
     """
 
     method: str
@@ -44,6 +55,7 @@ class QARecord:
     searches: int
     gen_acc: bool
     acc_l: bool | None = None
+    qid: str = ""
 
 
 def _scores(record: QARecord) -> dict[str, float]:
@@ -117,3 +129,153 @@ def format_markdown(rows: Sequence[Mapping[str, Any]], title: str | None = None)
             cells = [f"**{c}**" for c in cells]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- intervals (pure)
+
+CI_METRICS = ("em", "f1", "cover_em")
+"""Metrics that get bootstrap intervals and paired differences (the rule metrics; GenAcc rests on a judge)."""
+
+PAIRS = (("policy", "untrained"), ("policy", "naive_rag"))
+"""Paired comparisons `a − b` written when both methods were evaluated: what training changed, and
+the trained searcher against retrieval without a searcher."""
+
+_CI_HEADS = {"em": "EM", "f1": "F1", "cover_em": "cover-EM"}
+
+
+def _pool(dataset: str) -> str:
+    """The pooled row a dataset's questions count in: `all`, or `mirage/all` for MIRAGE's."""
+    return MIRAGE + ALL if is_mirage(dataset) else ALL
+
+
+def _keyed_scores(records: Iterable[QARecord]) -> dict[tuple[str, str], dict[tuple[str, str, int], dict[str, float]]]:
+    """Per (method, pool), each record's scores keyed by `(dataset, qid, k)`: k counts earlier records of
+    the same method with that dataset and id, so a question repeated in the file pairs its k-th record
+    in each method (every method answers the same question list) instead of colliding."""
+    out: dict[tuple[str, str], dict[tuple[str, str, int], dict[str, float]]] = {}
+    seen: dict[tuple[str, str, str], int] = {}
+    for r in records:
+        k = seen.get((r.method, r.dataset, r.qid), 0)
+        seen[(r.method, r.dataset, r.qid)] = k + 1
+        out.setdefault((r.method, _pool(r.dataset)), {})[(r.dataset, r.qid, k)] = _scores(r)
+    return out
+
+
+def _rounded(xs: Sequence[float]) -> list[float]:
+    return [round(float(x), 6) + 0.0 for x in xs]  # JSON: no 17-digit noise; + 0.0 turns -0.0 into 0.0
+
+
+def add_intervals(
+    rows: Sequence[Mapping[str, Any]],
+    records: Iterable[QARecord],
+    pairs: Sequence[tuple[str, str]] = PAIRS,
+    *,
+    resamples: int = DEFAULT_RESAMPLES,
+    confidence: float = DEFAULT_CONFIDENCE,
+    seed: int = DEFAULT_SEED,
+) -> list[dict[str, Any]]:
+    """`rows` (from `compute_rows(records)`) with bootstrap intervals on the pooled rows.
+
+    Every `all` / `mirage/all` row gets `ci`: `{metric: [lo, hi]}` for the `CI_METRICS`, the
+    percentile bootstrap interval of the row's mean over its questions (`eval_stats.bootstrap_ci`).
+    For each `(a, b)` of `pairs` with both methods in `records`, a's pooled row gets
+    `paired[b]`: `{"n": questions paired, metric: [mean(a − b), lo, hi]}` over the questions both
+    methods have a record for, matched by `(dataset, qid)`, never by position
+    (`eval_stats.paired_difference`). Values are rounded to 6 decimals; units are the metrics'.
+
+    Returns:
+        New row dicts, in `rows`' order (the input is not modified); other rows are copied as they are.
+    Raises:
+        ValueError: bad `resamples` / `confidence` (`eval_stats`).
+    """
+    scores = _keyed_scores(records)
+    out = [dict(r) for r in rows]
+    pooled = {(r["method"], r["dataset"]): r for r in out if (r["method"], r["dataset"]) in scores}
+    for key, row in pooled.items():
+        by_q = scores[key]
+        row["ci"] = {m: _rounded(bootstrap_ci([s[m] for s in by_q.values()], resamples=resamples,
+                                              confidence=confidence, seed=seed)[1:]) for m in CI_METRICS}
+    for a, b in pairs:
+        for pool in (ALL, MIRAGE + ALL):
+            mine, other = scores.get((a, pool)), scores.get((b, pool))
+            if (a, pool) not in pooled or other is None or not any(k in other for k in mine):
+                continue  # a method not evaluated, or no question both answered
+            paired: dict[str, Any] = {}
+            for m in CI_METRICS:
+                keys, xa, xb = paired_by_question({k: s[m] for k, s in mine.items()},
+                                                  {k: s[m] for k, s in other.items()})
+                paired["n"] = len(keys)
+                paired[m] = _rounded(paired_difference(xa, xb, resamples=resamples, confidence=confidence, seed=seed))
+            pooled[(a, pool)].setdefault("paired", {})[b] = paired
+    return out
+
+
+def _interval(mean: float, lo: float, hi: float) -> str:
+    return f"{mean:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def format_intervals_markdown(rows: Sequence[Mapping[str, Any]], *, resamples: int = DEFAULT_RESAMPLES,
+                              confidence: float = DEFAULT_CONFIDENCE, seed: int = DEFAULT_SEED) -> str:
+    """The intervals of `add_intervals`' rows as Markdown: a table of the pooled rows' means with
+    their intervals (`0.147 [0.110, 0.185]`), then one table per paired comparison
+    (`| metric | policy − untrained | 95% CI |`). `resamples` / `confidence` / `seed` only label the
+    heading (pass what `add_intervals` used). Returns "" when no row has intervals."""
+    with_ci = [r for r in rows if "ci" in r]
+    if not with_ci:
+        return ""
+    pct = f"{confidence * 100:g}%"
+    lines = [f"## {pct} bootstrap intervals (percentile, {resamples} resamples over questions, seed {seed})", "",
+             "| method | dataset | n | " + " | ".join(_CI_HEADS[m] for m in CI_METRICS) + " |",
+             "| --- | --- | ---: | " + " | ".join("---:" for _ in CI_METRICS) + " |"]
+    for r in with_ci:
+        cells = [_interval(r[m], *r["ci"][m]) for m in CI_METRICS]
+        lines.append(f"| {r['method']} | {r['dataset']} | {r['n']} | " + " | ".join(cells) + " |")
+    for r in with_ci:
+        for other, p in r.get("paired", {}).items():
+            name = f"{r['method']} − {other}"
+            lines += ["", f"Paired over the same questions ({r['dataset']}: {p['n']} questions both answered):", "",
+                      f"| metric | {name} | {pct} CI |", "| --- | ---: | --- |"]
+            lines += [f"| {_CI_HEADS[m]} | {p[m][0]:.3f} | [{p[m][1]:.3f}, {p[m][2]:.3f}] |" for m in CI_METRICS]
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- predictions (pure)
+
+TURN_FIELDS = ("text", "action", "query", "doc_ids", "finish_reason")
+"""What `predictions.jsonl` keeps of each turn (`actors.rollout.trajectory.TurnRecord`): the generated
+text, the action type, the search query (None when not a search), the retrieved document ids and the
+engine's stop reason for the turn ("length" = cut at the turn's token budget)."""
+
+
+def prediction_turns(turns: Iterable[Any]) -> list[dict[str, Any]]:
+    """Each turn (a `TurnRecord` or its dict, as `Trajectory.to_json` writes it) reduced to `TURN_FIELDS`;
+    a field the turn lacks is None (doc_ids: [])."""
+    return [{k: _turn_field(t, k) for k in TURN_FIELDS} for t in turns]
+
+
+def _turn_field(turn: Any, key: str) -> Any:
+    value = turn.get(key) if isinstance(turn, Mapping) else getattr(turn, key, None)
+    return list(value or []) if key == "doc_ids" else value
+
+
+def prediction_line(method: str, recipe: str, record: Mapping[str, Any], *, gen_acc: bool, judge: bool | None,
+                    acc_l: bool | None, searcher: bool = True) -> dict[str, Any]:
+    """One `predictions.jsonl` line: method, recipe, the evaluation record (id, dataset, question,
+    golden_answers, answer, finish_reason, ...), GenAcc, the judge's verdict and ACC_L.
+
+    A searcher's episode (`searcher`, and a record with `turns`, or a `trajectory` dict as
+    `Trajectory.to_json` gives it) also gets `turns` (`prediction_turns`) and `answer_forced` (the
+    record's, else the trajectory's or its `final`'s; None when none says). A full trajectory is
+    never copied (token ids); a baseline's line (`searcher` False: direct, naive_rag) keeps its
+    record without turns.
+    """
+    line: dict[str, Any] = {"method": method, "recipe": recipe, **record}
+    traj = line.pop("trajectory", None) or {}
+    turns = line.pop("turns", traj.get("turns"))
+    if searcher and turns is not None:
+        line["turns"] = prediction_turns(turns)
+        final = traj.get("final") or {}
+        line["answer_forced"] = record.get("answer_forced", traj.get("answer_forced", final.get("answer_forced")))
+        line.setdefault("finish_reason", traj.get("finish_reason"))
+    line.update(gen_acc=gen_acc, judge=judge, acc_l=acc_l)
+    return line

@@ -36,6 +36,16 @@ engine (methods sharing one engine share one worker): a worker runs the methods'
 engine is shut down → generator answers for s3 contexts → judge calls → rows → `results.json`,
 `results.md`, `predictions.jsonl` in `out_dir`. Everything this call started is shut down in
 `finally`. The math (`compute_rows`) is a pure function over per-question records.
+
+Uncertainty (`eval_rows.add_intervals`, `pipelines.eval_stats`): every pooled row (`all`, `mirage/all`)
+gets 95% percentile bootstrap intervals of EM, F1 and cover-EM over its questions (2000 resamples, a
+fixed seed), and `policy`'s pooled row the paired differences policy − untrained and policy −
+naive_rag (matched by question id, over the questions both answered) with theirs; `results.md` shows
+them below the table, `results.json` as the rows' `ci` and `paired` keys.
+
+`untrained` and `policy` share one plan but for the weights: the same recipe and options
+(`Config.eval_recipe_config`: a staged run's last stage), limits, chat setting and sampling
+(`eval_sampling`), the engine spec differing in `model` only (`tests/test_eval_stats.py` checks it).
 """
 
 from __future__ import annotations
@@ -52,7 +62,17 @@ from typing import Any
 
 from actors.engines.spec import EngineSpec, engine_spec
 from pipelines.eval_judges import acc_l_verdicts, rstool_records
-from pipelines.eval_rows import ALL, MIRAGE, QARecord, compute_rows, format_markdown, is_mirage
+from pipelines.eval_rows import (
+    ALL,
+    MIRAGE,
+    QARecord,
+    add_intervals,
+    compute_rows,
+    format_intervals_markdown,
+    format_markdown,
+    is_mirage,
+    prediction_line,
+)
 from pipelines.judge_agreement import agreement_note, judge_agreement
 from recipes import RECIPES, recipe_class
 from recipes.base import ANSWER_PROMPT
@@ -155,7 +175,7 @@ def load_questions(qa_file: str | Path, data_dir: str | None = None, limit: int 
         EvaluationError: limit < 1, or the file has no questions.
         DataPackError: neither a file nor a data pack file; BadRowError: a malformed row.
     """
-    from pipelines.data import iter_qa, pack_file
+    from pipelines.data import iter_qa, pack_file, spread_sample
 
     if limit is not None and limit < 1:
         raise EvaluationError(f"--limit {limit}: must be >= 1 (questions), or omitted for the whole file")
@@ -170,17 +190,7 @@ def load_questions(qa_file: str | Path, data_dir: str | None = None, limit: int 
         raise EvaluationError(f"--qa {path}: no questions in the file")
     if sample_seed is None or limit is None or limit >= len(examples):
         return examples
-    rng = random.Random(sample_seed)
-    by_dataset: dict[str, list[int]] = {}
-    for i, e in enumerate(examples):
-        by_dataset.setdefault(e["dataset"], []).append(i)
-    queues = [rng.sample(idx, len(idx)) for _, idx in sorted(by_dataset.items())]
-    picked: list[int] = []
-    while len(picked) < limit:
-        for q in queues:
-            if q and len(picked) < limit:
-                picked.append(q.pop())
-    return [examples[i] for i in sorted(picked)]
+    return spread_sample(examples, limit, sample_seed)
 
 
 def mirage_examples(path: str | Path, limit: int, seed: int) -> list[dict]:
@@ -349,10 +359,11 @@ def evaluate(
             temperature, max_turns, judge model), `index.dir`,
             `retrieval.*`, `ray.*`, `data.dir` (for a pack file name) and `seed`.
         qa_file: QA file path, or a data pack file name ("test.jsonl.gz").
-        out_dir: created if missing; gets `config.yaml` (the resolved config), `results.json` (the rows),
-            `results.md` (the table and the
-            judge's agreement line), `judge_agreement.json` (`judge_agreement`) and
-            `predictions.jsonl` (one line per method × question, with the judge's verdict).
+        out_dir: created if missing; gets `config.yaml` (the resolved config), `results.json` (the rows,
+            pooled rows with `ci` / `paired`: `add_intervals`), `results.md` (the table, the judge's
+            agreement line, then the intervals), `judge_agreement.json` (`judge_agreement`) and
+            `predictions.jsonl` (one line per method × question, with the judge's verdict and, for a
+            searcher episode whose record carries them, its turns: `prediction_line`).
         checkpoint: the learner's checkpoint directory (with `policy/hf/`) or an HF model
             directory; None = the untrained `learner.model` is the policy.
         limit: questions (count) from the start of the file; None = all.
@@ -365,7 +376,7 @@ def evaluate(
         log: progress lines.
         progress: a progress bar (questions, ETA) per method.
     Returns:
-        The rows of `compute_rows` (also in `results.json`).
+        The rows of `compute_rows` with `add_intervals`' keys (also in `results.json`).
     Raises:
         EvaluationError: bad methods, checkpoint, limit, model path or empty QA file; DataPackError /
             BadRowError: QA file; IndexFormatError: no finished index at `index.dir` — all raised
@@ -453,11 +464,11 @@ def evaluate(
                 acc_l = acc_l_verdicts(ray, judge, recs) if cfg.eval.acc_l else [None] * len(recs)
                 for r, flag, verdict, acc in zip(recs, flags, verdicts, acc_l):
                     rows_in.append(QARecord(method, r["dataset"], r["answer"], tuple(r["golden_answers"]),
-                                            int(r["searches"]), flag, acc))
+                                            int(r["searches"]), flag, acc, qid=str(r.get("id", ""))))
                     judged.append((r, verdict))
-                    f.write(json.dumps({"method": method, "recipe": recipe, **r, "gen_acc": flag,
-                                        "judge": verdict, "acc_l": acc}) + "\n")
-        rows = compute_rows(rows_in)
+                    f.write(json.dumps(prediction_line(method, recipe, r, gen_acc=flag, judge=verdict, acc_l=acc,
+                                                       searcher=recipe_class(recipe).trainable)) + "\n")
+        rows = add_intervals(compute_rows(rows_in), rows_in)
         qa_judged = [(r, v) for r, v in judged if not is_mirage(r["dataset"])]  # the rules decide QA answers only
         agreement = judge_agreement([r for r, _ in qa_judged], [v for _, v in qa_judged])
     finally:
@@ -479,7 +490,9 @@ def evaluate(
     save_config(cfg, out / "config.yaml")  # the resolved settings these numbers were measured with
     (out / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
     (out / "judge_agreement.json").write_text(json.dumps(agreement, indent=2) + "\n")
-    (out / "results.md").write_text(format_markdown(rows, title) + f"\n{note}\n")
+    md = format_markdown(rows, title) + f"\n{note}\n"  # the note right under the table, the intervals below
+    intervals = format_intervals_markdown(rows)
+    (out / "results.md").write_text(md + (f"\n{intervals}" if intervals else ""))
     log(note)
     log(f"done in {time.perf_counter() - t_start:.0f} s; results in {out}")
     return rows
@@ -487,7 +500,8 @@ def evaluate(
 
 __all__ = [
     "ALL", "DEFAULT_METHODS", "EvaluationError", "METHODS", "MIRAGE", "QARecord", "is_mirage", "mirage_examples",
-    "compute_rows", "eval_judge_config", "eval_sampling", "evaluate", "format_markdown", "load_questions",
+    "add_intervals", "compute_rows", "eval_judge_config", "eval_sampling", "evaluate", "format_intervals_markdown",
+    "format_markdown", "load_questions", "prediction_line",
     "parse_methods", "plan_methods",
     "resolve_checkpoint",
 ]

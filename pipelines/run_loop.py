@@ -16,7 +16,9 @@ log = logging.getLogger(__name__)
 
 
 def run_loop(trainer: Any, start_step: int, stop: GracefulStop | None = None) -> None:
-    """Steps `start_step` … end with metrics, evaluation and checkpoints. `stop` (its handlers
+    """Steps `start_step` … end with metrics, evaluation and checkpoints. The dev evaluation runs
+    after the steps `pipelines.train.dev_eval_steps` names; its step 0 (before any update, only in a
+    fresh run) is a metrics row of its own, logged at step 0. `stop` (its handlers
     installed by the caller) aborts or finishes the running step on SIGTERM/SIGINT. `trainer`: a
     `pipelines.train.Trainer` (or an object with its step/evaluate_dev/save/tracker/recover_learners).
 
@@ -27,9 +29,10 @@ def run_loop(trainer: Any, start_step: int, stop: GracefulStop | None = None) ->
     from tqdm import tqdm
 
     from actors.learner.group import LearnerRankError
-    from pipelines.train import total_steps
+    from pipelines.train import dev_eval_steps, total_steps
 
     cfg, total, stop = trainer.cfg, total_steps(trainer.cfg), stop or GracefulStop()
+    dev_due = set(dev_eval_steps(total, cfg.train.eval_every, start_step))
     bar = tqdm(total=total, initial=start_step, desc=f"train {cfg.train.recipe}", unit="step",
                disable=not trainer.progress, dynamic_ncols=True)
     last = ""  # the previous step's summary, shown beside the running phase
@@ -42,6 +45,12 @@ def run_loop(trainer: Any, start_step: int, stop: GracefulStop | None = None) ->
 
     trainer.on_phase = show
     try:
+        if 0 in dev_due:  # the untrained policy's score: where the dev curve starts
+            show("dev evaluation")
+            dev = trainer.evaluate_dev(0)
+            if dev:  # {} with train.eval_questions 0: no row
+                trainer.tracker.log(dev, step=0)
+            stop.check()
         step = start_step
         while step < total:
             try:
@@ -60,7 +69,7 @@ def run_loop(trainer: Any, start_step: int, stop: GracefulStop | None = None) ->
             if getattr(trainer, "snapshot", None) is not None and not checkpoint_due:  # a checkpoint supersedes it
                 show("snapshot")
                 trainer.snapshot_learners(done)
-            if done == total or (cfg.train.eval_every and done % cfg.train.eval_every == 0):
+            if done in dev_due:
                 show("dev evaluation")
                 metrics.update(trainer.evaluate_dev(done))
             trainer.tracker.log(metrics, step=done)

@@ -45,7 +45,7 @@ class Tracker:
             self.wandb_id = self.wandb_run.id
 
     def log(self, metrics: dict[str, float], step: int) -> None:
-        """Write one step's metrics (also to wandb, at `step`)."""
+        """Write one step's metrics (also to wandb, at `step`); step 0 is the dev evaluation before any update."""
         row = {"step": step, **{k: v for k, v in metrics.items() if k != "step"}}
         with open(self.path, "a") as f:
             f.write(json.dumps(row) + "\n")
@@ -72,19 +72,38 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 
 
 def plot_reward_curves(metrics_path: Path, out_png: Path) -> Path | None:
-    """Reward mean (± std band), each reward component, and the dev reward against the step."""
+    """Reward mean (± std band), each reward component, and the dev reward against the step; with dev
+    answer metrics (`dev/answer_f1`), a third panel of dev F1 and cover-EM (greedy, step 0 = before
+    any update). Returns `out_png`, or None when metrics.jsonl has no rows."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from pipelines.train_metrics import training_rows
+
     rows = read_metrics(metrics_path)
     if not rows:
         return None
-    steps = [r["step"] for r in rows]
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    mean = [r.get("rollout/reward_mean", math.nan) for r in rows]
-    std = [r.get("rollout/reward_std", 0.0) for r in rows]
+    train_rows = training_rows(rows)  # a step-0 dev row is no training step
+    has_dev = any("dev/answer_f1" in r for r in rows)
+    fig, axes = plt.subplots(1, 3 if has_dev else 2, figsize=(18 if has_dev else 12, 4.5))
+    _plot_reward(axes[0], train_rows, rows)
+    axes[0].set_title(Path(metrics_path).parent.name)
+    _plot_components(axes[1], train_rows)
+    if has_dev:
+        _plot_dev_answers(axes[2], rows)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+    return Path(out_png)
+
+
+def _plot_reward(ax: Any, train_rows: list[dict[str, Any]], rows: list[dict[str, Any]]) -> None:
+    """Training reward mean ± std per step, and the dev reward (greedy) where a row has one."""
+    steps = [r["step"] for r in train_rows]
+    mean = [r.get("rollout/reward_mean", math.nan) for r in train_rows]
+    std = [r.get("rollout/reward_std", 0.0) for r in train_rows]
     ax.plot(steps, mean, label="reward (train rollouts)", color="C0")
     ax.fill_between(steps, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)], alpha=0.15, color="C0")
     dev = [(r["step"], r["dev/reward_mean"]) for r in rows if "dev/reward_mean" in r]
@@ -93,14 +112,29 @@ def plot_reward_curves(metrics_path: Path, out_png: Path) -> Path | None:
     ax.set_xlabel("step")
     ax.set_ylabel("reward")
     ax.legend()
-    ax.set_title(Path(metrics_path).parent.name)
-    for i, key in enumerate(sorted({k for r in rows for k in r if k.startswith("rollout/reward/")})):
-        ax2.plot(steps, [r.get(key, math.nan) for r in rows], label=key.removeprefix("rollout/reward/"), color=f"C{i}")
-    ax2.set_xlabel("step")
-    ax2.set_ylabel("reward component (mean)")
-    if ax2.lines:
-        ax2.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out_png, dpi=110)
-    plt.close(fig)
-    return Path(out_png)
+
+
+def _plot_components(ax: Any, train_rows: list[dict[str, Any]]) -> None:
+    """Each `rollout/reward/<component>` mean against the step."""
+    steps = [r["step"] for r in train_rows]
+    for i, key in enumerate(sorted({k for r in train_rows for k in r if k.startswith("rollout/reward/")})):
+        ax.plot(steps, [r.get(key, math.nan) for r in train_rows], label=key.removeprefix("rollout/reward/"), color=f"C{i}")
+    ax.set_xlabel("step")
+    ax.set_ylabel("reward component (mean)")
+    if ax.lines:
+        ax.legend(fontsize=8)
+
+
+def _plot_dev_answers(ax: Any, rows: list[dict[str, Any]]) -> None:
+    """Dev F1 and cover-EM (greedy, in [0, 1]) against the step, from the rows with `dev/answer_f1`."""
+    from pipelines.train_metrics import dev_curve
+
+    curve = dev_curve(rows)
+    steps = [c["step"] for c in curve]
+    for name, color in (("F1", "C2"), ("cover-EM", "C4")):
+        ax.plot(steps, [c[name] for c in curve], "o-", label=f"dev {name}", color=color)
+    questions = int(curve[-1]["questions"]) if curve else 0
+    ax.set_xlabel("step")
+    ax.set_ylabel(f"dev answer score (greedy, {questions} questions)")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8)

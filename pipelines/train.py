@@ -10,7 +10,8 @@ orders the work. One step:
    and the critic (PPO) add theirs;
 4. `algorithms.compute_advantages` (GAE, GRPO, Reinforce++, RLOO, group mean);
 5. critic and policy updates (DeepSpeed), then the new weights go to every RolloutWorker;
-6. metrics (JSONL + wandb), a dev evaluation every `eval_every` steps, a checkpoint every `save_every`.
+6. metrics (JSONL + wandb), a dev evaluation every `eval_every` steps (also before step 1 and after
+   the last; `dev_eval_steps`), a checkpoint every `save_every`.
 """
 
 from __future__ import annotations
@@ -59,6 +60,28 @@ def stage_at(cfg: Config, step: int) -> tuple[int, dict[str, Any], str]:
         if step < end:
             return i, cfg.recipe_config(stage.recipe_options), stage.train or cfg.data.train
     return 0, cfg.recipe_config(), cfg.data.train
+
+
+def dev_eval_steps(total: int, eval_every: int, start_step: int = 0) -> list[int]:
+    """When the run evaluates on dev: completed-step counts, ascending, each once. 0 (before any
+    update, the untrained policy's score) when `eval_every` > 0 and the run starts fresh
+    (`start_step` 0: a resumed run evaluated step 0 already); every multiple of `eval_every` in
+    (`start_step`, `total`]; and `total` always (`eval_every` 0 = only at the end). Empty when
+    `start_step >= total`: no step is left to run.
+
+    Raises:
+        ValueError: a negative argument.
+    """
+    if min(total, eval_every, start_step) < 0:
+        raise ValueError(f"dev_eval_steps({total}, {eval_every}, {start_step}): arguments must be >= 0")
+    if start_step >= total:
+        return []
+    due = {total}
+    if eval_every:
+        due.update(range(eval_every * (start_step // eval_every + 1), total + 1, eval_every))
+        if start_step == 0:
+            due.add(0)
+    return sorted(due)
 
 
 def batch_indices(step: int, per_step: int, num_questions: int, seed: int, shuffle: bool) -> list[int]:
@@ -165,6 +188,7 @@ class Trainer:
         self._questions: dict[str, list[dict]] = {}
         self.on_phase: Any = lambda phase: None  # called with "rollout", "prepare", ... as a step moves on
         self.weight_version = 0  # the policy version the rollout workers hold
+        self.selection: dict[str, Any] | None = None  # the learnable-question selection's report, once run
         self.faults: Counter = Counter()  # failures and recoveries since the last step's metrics
         self.learner_restarts = self.pool_retries = 0
         self.snapshot = None  # pipelines.learner_recovery.LearnerSnapshot with train.learner_recovery: snapshot
@@ -231,6 +255,32 @@ class Trainer:
             self._questions[key] = rows
         return self._questions[key]
 
+    def training_questions(self, file_name: str, recipe_options: dict) -> list[dict]:
+        """The questions a step draws from: the pack file's (first `train.train_limit`), or with
+        `train.select_questions` the learnable ones among them (`pipelines.prepare.learnable`: rolled out
+        once by the policy as it is now, i.e. untrained on a fresh run, or read from its cache); cached."""
+        rows = self.questions(file_name, self.cfg.train.train_limit)
+        if not self.cfg.train.select_questions:
+            return rows
+        key = f"learnable:{file_name}:{json.dumps(recipe_options, sort_keys=True)}"
+        if key not in self._questions:
+            from pipelines.prepare.learnable import select_learnable
+
+            self.on_phase("selecting learnable questions")
+
+            def rollout(examples: Sequence[dict], n: int) -> list[dict]:
+                return self.rollout(examples, recipe_options, n, self.cfg.rollout.temperature, seed=self.cfg.seed)
+
+            try:
+                kept, report = select_learnable(self.cfg, rows, recipe_options, rollout)
+            except ValueError as e:
+                raise TrainConfigError(str(e)) from None
+            (self.run_dir / "learnable_questions.json").write_text(json.dumps(
+                {**report, "ids": [q["id"] for q in kept]}, indent=1))
+            self.selection = report
+            self._questions[key] = kept
+        return self._questions[key]
+
     # -- one step ---------------------------------------------------------------------------------------
     def rollout(self, examples: Sequence[dict], recipe_options: dict, n: int, temperature: float,
                 seed: int) -> list[dict]:
@@ -295,7 +345,7 @@ class Trainer:
 
         cfg, timings = self.cfg, {}
         stage, options, train_file = stage_at(cfg, step)
-        pool = self.questions(train_file, cfg.train.train_limit)
+        pool = self.training_questions(train_file, options)
         idx = batch_indices(step, cfg.train.questions_per_step, len(pool), cfg.seed, cfg.train.shuffle)
         examples = [pool[i] for i in idx]
 
@@ -352,17 +402,25 @@ class Trainer:
         return metrics
 
     def evaluate_dev(self, step: int) -> dict[str, float]:
-        """Greedy episodes (one per question) on the first `eval_questions` dev questions."""
-        from pipelines.train_metrics import rollout_metrics
+        """Greedy episodes (one per question) on `eval_questions` dev questions (a fixed sample spread over
+        the datasets, `pipelines.data.spread_sample`) after `step`
+        completed steps (0: the untrained policy, under the first stage's recipe options); returns
+        `dev/...` metrics (`rollout_metrics`: reward, answer EM/F1/cover-EM, ...) and `time/eval_s`
+        (s), {} when `eval_questions` is 0. Logs one line (`dev_summary`)."""
+        from pipelines.train_metrics import dev_summary, rollout_metrics
 
         n = self.cfg.train.eval_questions
         if not n:
             return {}
         t = time.perf_counter()
-        examples = self.questions(self.cfg.data.dev, n)
+        from pipelines.data import spread_sample
+
+        # spread over the datasets (the pack's splits are sorted by dataset); the same questions every time
+        examples = spread_sample(self.questions(self.cfg.data.dev, None), n, seed=0)
         trajs = self.rollout(examples, stage_at(self.cfg, max(0, step - 1))[1], 1, 0.0, seed=0)
         out = rollout_metrics(trajs, prefix="dev")
         out["time/eval_s"] = time.perf_counter() - t
+        log.info("%s", dev_summary(step, out))
         return out
 
     # -- checkpoints ------------------------------------------------------------------------------------

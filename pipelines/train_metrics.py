@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from recipes.metrics import exact_match, query_overlaps_question
+from recipes.metrics import cover_exact_match, exact_match, f1_score, normalize_answer, query_overlaps_question
 
 FINISH_REASONS = ("answer", "complete", "max_turns", "max_total_tokens", "invalid")
 
@@ -17,12 +17,48 @@ def _mean(xs: Sequence[float]) -> float:
     return float(statistics.fmean(xs)) if xs else 0.0
 
 
+def answer_metrics(trajs: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """How good and how varied the episodes' final answers (`final["answer"]`) are; an answer that
+    normalizes to nothing (`recipes.metrics.normalize_answer`) counts as none and scores 0.
+
+    Returns (every value 0.0 for no episodes or no answers):
+        answer_em, answer_f1, answer_cover_em: means over all episodes of exact match, token F1 and
+            cover-EM (substring, FlashRAG's) against the golden answers;
+        answer_rate: share of episodes with an answer;
+        answer_forced_rate: share of episodes whose answer the rollout forced (a truthy
+            `answer_forced` on the trajectory or on its `final`; absent = not forced);
+        distinct_answer_rate: distinct normalized answers / episodes with an answer (1 = all
+            differ; near 0 = the policy collapsed onto one constant answer);
+        answer_words: mean whitespace words of the answer as written, over episodes with an answer.
+    """
+    finals = [t.get("final") or {} for t in trajs]
+    answers = [str(f.get("answer") or "") for f in finals]
+    golds = [list(t["golden_answers"]) for t in trajs]
+    answered = [a for a in answers if normalize_answer(a)]
+
+    def score(metric: Any) -> float:  # no answer scores 0, whatever the metric makes of ""
+        return _mean([metric(a, g) if normalize_answer(a) else 0.0 for a, g in zip(answers, golds)])
+
+    n = max(1, len(trajs))
+    return {
+        "answer_em": score(exact_match),
+        "answer_f1": score(f1_score),
+        "answer_cover_em": score(cover_exact_match),
+        "answer_rate": len(answered) / n,
+        "answer_forced_rate": sum(bool(t.get("answer_forced") or f.get("answer_forced"))
+                                  for t, f in zip(trajs, finals)) / n,
+        "distinct_answer_rate": len({normalize_answer(a) for a in answered}) / max(1, len(answered)),
+        "answer_words": _mean([float(len(a.split())) for a in answered]),
+    }
+
+
 def rollout_metrics(trajs: Sequence[Mapping[str, Any]], prefix: str = "rollout") -> dict[str, float]:
     """Reward mean/std and every reward component's mean, response length (tokens), turns and
     searches per episode, the fraction of episodes that searched, the fraction of searches whose query
     shares a content word with the question (`recipes.metrics.query_overlaps_question`), valid-action rate, finish-reason fractions, retrieval latency (s), scoring
     time per episode (s; it overlaps other episodes' generation, so it is not a phase of the step),
-    and the exact match of the final answers, under `<prefix>/...` keys."""
+    and the final answers' EM, F1, cover-EM, answer/forced/distinct rates and length in words
+    (`answer_metrics`), under `<prefix>/...` keys."""
     n = max(1, len(trajs))
     rewards = [float(t.get("reward") or 0.0) for t in trajs]
     turns = [r for t in trajs for r in t["turns"]]
@@ -45,8 +81,8 @@ def rollout_metrics(trajs: Sequence[Mapping[str, Any]], prefix: str = "rollout")
         "retrieval_latency_s": _mean([r["search_s"] for r in searches]),
         "generate_s_per_turn": _mean([r["generate_s"] for r in turns]),
         "score_s_per_episode": _mean([t["timings"]["score_s"] for t in trajs]),
-        "answer_em": _mean([exact_match(t["final"].get("answer") or "", t["golden_answers"]) for t in trajs]),
         "episodes": float(len(trajs)),
+        **answer_metrics(trajs),
     }
     out.update({f"reward/{k}": _mean(v) for k, v in components.items()})
     reasons = Counter(t["finish_reason"] for t in trajs)
@@ -63,18 +99,26 @@ def learner_metrics(policy: Mapping[str, float], critic: Mapping[str, float] | N
 
 TREND_KEYS = (("rollout/reward_mean", "reward"), ("rollout/searches_per_episode", "searches/episode"),
               ("rollout/valid_action_rate", "valid-action rate"), ("rollout/relevant_search_rate", "relevant queries"),
-              ("rollout/finish/answer", "answered"))
+              ("rollout/finish/answer", "answered"), ("rollout/answer_forced_rate", "answer forced"),
+              ("rollout/answer_f1", "answer F1"), ("rollout/distinct_answer_rate", "distinct answers"))
+
+
+def training_rows(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The rows of metrics.jsonl that are training steps (they carry `rollout/...` keys); the step-0
+    row of the dev evaluation before any update has only `dev/...` and `time/eval_s`."""
+    return [r for r in rows if any(k.startswith("rollout/") for k in r)]
 
 
 def learning_trend(rows: Sequence[Mapping[str, Any]], keys: Sequence[tuple[str, str]] = TREND_KEYS
                    ) -> list[dict[str, Any]]:
     """Did the run learn? For each metric key: its mean over the first third of the steps, over the
     last third, and the change (last − first). Thirds are `max(1, steps // 3)` steps; fewer than 2
-    steps gives an empty list.
+    steps gives an empty list. Only training rows count (`training_rows`: a step-0 dev row is not a step).
 
     Returns:
         [{"key", "name", "first", "last", "change", "steps"}] for the keys present in the rows.
     """
+    rows = training_rows(rows)
     if len(rows) < 2:
         return []
     k = max(1, len(rows) // 3)
@@ -96,6 +140,38 @@ def format_trend(trend: Sequence[Mapping[str, Any]]) -> str:
     lines = [f"| metric | first {k} steps | last {k} steps | change |", "| --- | ---: | ---: | ---: |"]
     lines += [f"| {t['name']} | {t['first']:.3f} | {t['last']:.3f} | {t['change']:+.3f} |" for t in trend]
     return "\n".join(lines)
+
+
+DEV_CURVE_KEYS = (("dev/answer_f1", "F1"), ("dev/answer_cover_em", "cover-EM"), ("dev/answer_em", "EM"),
+                  ("dev/answer_rate", "answered"))
+
+
+def dev_curve(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, float]]:
+    """The dev evaluations of a run's metrics.jsonl rows, in step order: [{"step", "F1", "cover-EM",
+    "EM", "answered", "questions"}] for the rows with `dev/answer_f1` (step 0 = before any update);
+    a key missing from a row reads 0."""
+    return [{"step": float(r["step"]), **{name: float(r.get(key, 0.0)) for key, name in DEV_CURVE_KEYS},
+             "questions": float(r.get("dev/episodes", 0.0))} for r in rows if "dev/answer_f1" in r]
+
+
+def format_dev_curve(curve: Sequence[Mapping[str, float]]) -> str:
+    """`dev_curve` as a markdown table (step, F1, cover-EM, EM, answered); "" without dev rows."""
+    if not curve:
+        return ""
+    names = [name for _, name in DEV_CURVE_KEYS]
+    lines = ["| step | " + " | ".join(names) + " |", "| ---: |" + " ---: |" * len(names)]
+    lines += [f"| {c['step']:.0f} | " + " | ".join(f"{c[n]:.3f}" for n in names) + " |" for c in curve]
+    return "\n".join(lines)
+
+
+def dev_summary(step: int, metrics: Mapping[str, float]) -> str:
+    """One console line of a dev evaluation after `step` completed steps (0 = before any update):
+    F1, cover-EM, EM, share answered, questions and seconds (`time/eval_s`)."""
+    m = {k: float(metrics.get(k, 0.0)) for k in ("dev/answer_f1", "dev/answer_cover_em", "dev/answer_em",
+                                                   "dev/answer_rate", "dev/episodes", "time/eval_s")}
+    return (f"dev step {step}: F1 {m['dev/answer_f1']:.3f} cover-EM {m['dev/answer_cover_em']:.3f} "
+            f"EM {m['dev/answer_em']:.3f} answered {m['dev/answer_rate']:.2f} "
+            f"({m['dev/episodes']:.0f} questions, {m['time/eval_s']:.0f} s)")
 
 
 def step_summary(metrics: dict[str, float]) -> str:

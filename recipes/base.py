@@ -180,6 +180,8 @@ class Episode:
 
     `group_id` groups the samples of one prompt for GRPO; it must be unique across datasets (use
     `dataset/id`). `stop_reason`: "answer", "complete", "max_turns", "invalid" or "" while running.
+    `answer_forced`: the episode's last turn was opened with the answer tag by the loop (see
+    `Recipe.forced_answer_prefix`); its stop reason is then "answer" and `forced_reason` says why.
     """
 
     question: str
@@ -194,6 +196,8 @@ class Episode:
     meta: dict[str, Any] = field(default_factory=dict)
     final: FinalOutput | None = None
     reward: RewardBreakdown | None = None
+    answer_forced: bool = False  # the loop wrote the answer tag after `forced_reason` (a recipe's `force_answer`)
+    forced_reason: str = ""      # what would have ended the episode: "invalid" or "max_turns"
 
     @property
     def response_text(self) -> str:
@@ -386,6 +390,11 @@ class Recipe(ABC):
         if episode.turns and episode.turns[-1].needs_retrieval:
             raise EpisodeDoneError("the last search has no documents yet: call observe() first")
         steps_before = episode.num_steps
+        if episode.answer_forced:  # the loop opened the answer: whatever follows is the answer
+            turn = Turn(turn_text, self.parse_forced_answer(turn_text), finish_reason=finish_reason)
+            episode.turns.append(turn)
+            self.finish(episode, "answer")
+            return turn
         # The first turn continues the forced response prefix (e.g. a prefilled "<search>"): parse them together.
         action = self.parse(turn_text if episode.turns else episode.prompt.response_prefix + turn_text)
         turn = Turn(turn_text, action, finish_reason=finish_reason)
@@ -396,17 +405,18 @@ class Recipe(ABC):
             self.finish(episode, "complete")
         elif isinstance(action, Search) and steps_before >= self.config.max_turns:
             turn.skipped = True
-            self.finish(episode, "max_turns")
+            self.end_or_force(episode, "max_turns")
         elif isinstance(action, Invalid):
             text = self.feedback(action)
             if text is None:
-                self.finish(episode, "invalid")
+                self.end_or_force(episode, "invalid")
             elif steps_before >= self.config.max_turns:
-                self.finish(episode, "max_turns")
+                self.end_or_force(episode, "max_turns")
             else:
                 turn.observation = text
-        if not episode.done and not turn.needs_retrieval and len(episode.turns) >= self.max_generations:
-            self.finish(episode, "max_turns")
+        if not episode.done and not episode.answer_forced and not turn.needs_retrieval \
+                and len(episode.turns) >= self.max_generations:
+            self.end_or_force(episode, "max_turns")
         return turn
 
     def observe(self, episode: Episode, docs: Sequence[Doc | Mapping[str, Any]]) -> str:
@@ -421,8 +431,32 @@ class Recipe(ABC):
         turn.docs = as_docs(docs)
         turn.observation = self.observation_text(turn.docs)
         if len(episode.turns) >= self.max_generations:
-            self.finish(episode, "max_turns")
+            self.end_or_force(episode, "max_turns")
         return turn.observation
+
+    # -- forced answer --------------------------------------------------------------------
+
+    def forced_answer_prefix(self) -> str | None:
+        """Text the loop appends (loss mask 0) to open one last answer turn instead of ending an
+        episode on an invalid action or the turn limit; None = this recipe never forces an answer."""
+        return None
+
+    def parse_forced_answer(self, turn_text: str) -> Action:
+        """The action of the turn after `forced_answer_prefix`: always an `Answer` (possibly empty)."""
+        return Answer(turn_text.strip())
+
+    def end_or_force(self, episode: Episode, reason: str) -> None:
+        """End the episode with `reason`, or, when the recipe forces answers and has not yet, append
+        the answer opener to the last turn's observation and let the policy write one more turn."""
+        prefix = self.forced_answer_prefix()
+        if prefix is None or episode.answer_forced or not episode.turns:
+            self.finish(episode, reason)
+            return
+        turn = episode.turns[-1]
+        if turn.needs_retrieval:
+            turn.skipped = True
+        turn.observation += prefix
+        episode.answer_forced, episode.forced_reason = True, reason
 
     def finish(self, episode: Episode, reason: str) -> None:
         """End the episode now with `stop_reason = reason` and compute its final output; the rollout

@@ -126,6 +126,7 @@ class R1Searcher(TaggedSearchRecipe):
         example, when on, between them)."""
         base = SELECTION_SYSTEM if self.config.prompt == "data_selection" else SYSTEM
         system = f"{base}\n\n{self.example_block()}".strip()
+        question = self.question_block(question, initial_docs)
         messages = ({"role": "system", "content": system}, {"role": "user", "content": question})
         if chat:
             return self.with_prefill(Prompt(messages, "", chat=True))
@@ -144,7 +145,8 @@ class R1Searcher(TaggedSearchRecipe):
         c = self.config
         golds = list(episode.golden_answers)
         answer = (episode.final or self.final_output(episode)).answer
-        format_ok = not format_errors(episode.response_text, episode.generated_text)
+        # A forced answer (`force_answer`) is a format error: the loop, not the policy, wrote its tag.
+        format_ok = not episode.answer_forced and not format_errors(episode.response_text, episode.generated_text)
         if c.stage == 1:
             parts = {
                 "retrieval": c.retrieval_reward if episode.num_searches >= 1 else 0.0,

@@ -75,6 +75,7 @@ class RSearch(TaggedSearchRecipe):
     def build_prompt(self, question: str, initial_docs: Sequence[Doc], chat: bool) -> Prompt:
         # Table 1: the question is appended after the system template (the worked example, when on, between).
         system = f"{SYSTEM}\n\n{self.example_block()}".strip()
+        question = self.question_block(question, initial_docs)
         messages = ({"role": "system", "content": system}, {"role": "user", "content": question})
         return self.with_prefill(Prompt(messages, f"{system}\n\n{question}\n", chat))
 
@@ -93,7 +94,8 @@ class RSearch(TaggedSearchRecipe):
         """Eq. 5: (1 − I_S)(γe + γa·I_A) + I_S(γe·I_E + γa·I_A), in {0, γa, γe, γe + γa} (Eq. 8)."""
         text = episode.generated_text
         searched = episode.num_searches > 0
-        answer_ok = exactly_one_block(text, *self.answer_tags)
+        # A forced answer (`force_answer`): the loop wrote its tag, so it is not the policy's format.
+        answer_ok = exactly_one_block(text, *self.answer_tags) and not episode.answer_forced
         evidence_ok = exactly_one_block(text, *EVIDENCE_TAGS)
         c = self.config
         if not searched:

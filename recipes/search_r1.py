@@ -40,6 +40,9 @@ class SearchR1Config(TaggedConfig):
     reward_metric: Literal["em", "f1"] = Field(
         "em", description="Outcome reward: exact match (the paper) or token F1 (partial credit: a denser signal for "
         "small policies whose answers are rarely exact).")
+    format_penalty: float = Field(
+        0.0, le=0, description="Added when the episode's format is wrong; the one format error read is a forced answer "
+        "(`force_answer`: the loop, not the policy, wrote the answer tag). 0 = the paper's outcome-only reward.")
 
 
 class SearchR1(TaggedSearchRecipe):
@@ -52,8 +55,12 @@ class SearchR1(TaggedSearchRecipe):
 
     def reward(self, episode: Episode, scorer: Scorer | None = None) -> RewardBreakdown:
         """Components: `em` (1 if the `<answer>` equals a gold answer after normalization), or with
-        `reward_metric="f1"` `f1` (token F1 against the best gold answer). Total ∈ [0, 1]; no answer scores 0."""
+        `reward_metric="f1"` `f1` (token F1 against the best gold answer); with `format_penalty` < 0 also `format`
+        (the penalty for a forced answer, else 0). Total ∈ [format_penalty, 1]; no answer scores 0."""
         final = episode.final or self.final_output(episode)
         metric = exact_match if self.config.reward_metric == "em" else f1_score
         score = metric(final.answer, list(episode.golden_answers)) if final.answer is not None else 0.0
-        return RewardBreakdown(score, {self.config.reward_metric: score})
+        parts = {self.config.reward_metric: score}
+        if self.config.format_penalty:
+            parts["format"] = self.config.format_penalty if episode.answer_forced else 0.0
+        return RewardBreakdown(sum(parts.values()), parts)

@@ -7,6 +7,7 @@ method sets its tags, its observation wrapper and its reward.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import ClassVar
@@ -27,6 +28,14 @@ EXAMPLE_STEPS = (
      Doc("ex-2", "Paris", "Paris is the capital and largest city of France.")),
 )
 EXAMPLE_ANSWER = ("The capital of France is Paris.", "Paris")
+# A second, one-search example (`worked_examples: 2`): the query is the question's own key words and the
+# answer a short span, the two habits a small base model lacks most (README, base rates).
+SECOND_EXAMPLE = (
+    "Who wrote the novel War and Peace?",
+    (("I need the author of War and Peace.", "War and Peace novel author",
+      Doc("ex-3", "War and Peace", "War and Peace is a novel by the Russian author Leo Tolstoy, published in 1869.")),),
+    ("War and Peace was written by Leo Tolstoy.", "Leo Tolstoy"),
+)
 
 
 class TaggedConfig(RecipeConfig):
@@ -38,6 +47,19 @@ class TaggedConfig(RecipeConfig):
     prefill: str = Field(
         "", description="Text the response is forced to start with, after the recipe's own prefix (e.g. '<search>'); "
         "it counts as policy text for format checks.")
+    worked_examples: int = Field(
+        1, ge=1, le=2, description="How many worked examples `worked_example` puts first: 1 (two searches) or 2 "
+        "(then a one-search example whose query copies the question's key words and whose answer is a short span).")
+    initial_search: bool = Field(
+        False, description="Begin with search (s3 §3.1's loop start, here for any search-tag recipe): the question's "
+        "top-k documents follow the question in the prompt, in this recipe's observation tags; the policy may search "
+        "more or answer. Not in these papers' prompts.")
+    force_answer: bool = Field(
+        False, description="When the turn budget is spent or a turn closes neither a query nor an answer, open one "
+        "last turn with the answer tag already written (loss mask 0) instead of ending without an answer. The "
+        "episode records `answer_forced`; format rewards count it as a format error. Not in the papers.")
+    forced_answer_tokens: int = Field(
+        32, ge=1, description="Token budget of the forced answer turn (an answer is a short span).")
 
 
 class TaggedSearchRecipe(Recipe):
@@ -50,10 +72,14 @@ class TaggedSearchRecipe(Recipe):
     instruction: ClassVar[str] = ""  # one user message with a {question} slot (Search-R1, Eval-RAR)
     config_cls: ClassVar[type[RecipeConfig]] = TaggedConfig
 
+    def __init__(self, config=None, **overrides):
+        super().__init__(config, **overrides)
+        self.initial_search = self.config.initial_search  # the rollout fetches the question's top-k first
+
     def build_prompt(self, question: str, initial_docs: Sequence[Doc], chat: bool) -> Prompt:
         """The `instruction` with the question filled in, as one user message (or plain text); the
         worked example, when on, comes first."""
-        text = self.example_block() + self.instruction.format(question=question)
+        text = self.example_block() + self.instruction.format(question=self.question_block(question, initial_docs))
         return self.with_prefill(Prompt(({"role": "user", "content": text},), text, chat))
 
     # -- prompt options (TaggedConfig) ------------------------------------------------------
@@ -66,21 +92,33 @@ class TaggedSearchRecipe(Recipe):
         return ""
 
     def example_block(self) -> str:
-        """`Example:` + one worked loop in this recipe's tags + a blank line, or "" when
+        """`Example:` + `worked_examples` worked loops in this recipe's tags + a blank line, or "" when
         `worked_example` is off."""
         if not self.config.worked_example:
             return ""
+        examples = ((EXAMPLE_QUESTION, EXAMPLE_STEPS, EXAMPLE_ANSWER), SECOND_EXAMPLE)[: self.config.worked_examples]
+        return "".join(self.worked_loop(*ex) for ex in examples)
+
+    def worked_loop(self, question: str, steps: Sequence[tuple[str, str, Doc]], answer: tuple[str, str]) -> str:
+        """One worked example: the question, then (thought, query, document) steps, then the answer."""
 
         def think(text: str) -> str:
             return f"{self.think_tags[0]} {text} {self.think_tags[1]}\n" if self.think_tags else f"{text}\n"
 
-        parts = [f"Example:\nQuestion: {EXAMPLE_QUESTION}\n"]
-        for i, (thought, query, doc) in enumerate(EXAMPLE_STEPS):
+        parts = [f"Example:\nQuestion: {question}\n"]
+        for i, (thought, query, doc) in enumerate(steps):
             parts.append(think(thought) + f"{self.search_tags[0]} {query} {self.search_tags[1]}")
             parts.append(self.observation_text([doc]) + self.example_step_extra(i))
-        reason, answer = EXAMPLE_ANSWER
-        parts.append(think(reason) + self.example_before_answer() + f"{self.answer_tags[0]} {answer} {self.answer_tags[1]}")
+        reason, short = answer
+        parts.append(think(reason) + self.example_before_answer() + f"{self.answer_tags[0]} {short} {self.answer_tags[1]}")
         return "".join(parts).strip() + "\n\n"
+
+    def question_block(self, question: str, initial_docs: Sequence[Doc]) -> str:
+        """The question, followed with `initial_search` by its top-k documents in this recipe's
+        observation tags (s3 §3.1: the searcher starts from the RAG documents)."""
+        if not (self.config.initial_search and initial_docs):
+            return question
+        return f"{question}\n{self.observation_text(initial_docs).strip()}\n"
 
     def with_prefill(self, prompt: Prompt) -> Prompt:
         """`prompt` with `prefill` appended to the forced response prefix (and to the completion text)."""
@@ -89,6 +127,18 @@ class TaggedSearchRecipe(Recipe):
             return prompt
         completion = prompt.completion + prefill if prompt.completion else prompt.completion
         return replace(prompt, completion=completion, response_prefix=prompt.response_prefix + prefill)
+
+    def forced_answer_prefix(self) -> str | None:
+        """`"\\n<answer>"` (this recipe's answer tag) when `force_answer` is on, else None."""
+        return f"\n{self.answer_tags[0]}" if self.config.force_answer else None
+
+    def parse_forced_answer(self, turn_text: str) -> Action:
+        """The forced turn's answer: its text up to the closing answer tag (or all of it when the token
+        budget cut it), tags removed, first non-empty line (as the naive-RAG baseline reads its
+        generator), cleaned; an empty answer is still an answer (it scores 0)."""
+        text = re.sub(r"</?[A-Za-z|_][^<>\n]{0,40}>", " ", turn_text.split(self.answer_tags[1], 1)[0])
+        line = next((ln for ln in text.splitlines() if ln.strip()), "")
+        return Answer(clean(" ".join(line.split())))
 
     @classmethod
     def default_stop_strings(cls) -> tuple[str, ...]:

@@ -11,14 +11,16 @@
 3. evaluates the final checkpoint against the same model untrained, naive RAG and direct inference on
    `--eval-limit` test questions, a seeded sample spread over the split's datasets (`pipelines.evaluate`);
 4. prints the summary: the training trend (first third of the steps against the last third), the
-   results table, where the run directory, reward curves, wandb run and results are, the serve
-   command, and the minutes of each phase.
+   dev curve (F1 / cover-EM per evaluated step, when the run evaluated on dev), the results table,
+   where the run directory, reward curves, wandb run and results are, the serve command, and the
+   minutes of each phase.
 Starts and stops its own local Ray cluster (unless `ray.address` / RAY_ADDRESS names one).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -40,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         [--resume RUN_DIR] [--eval-limit 64] [key=value ...]
     """
     parser = argparse.ArgumentParser(prog="python -m scripts.main", description=__doc__.splitlines()[0])
-    parser.add_argument("--eval-limit", type=int, default=64,
+    parser.add_argument("--eval-limit", type=int, default=128,
                         help="test questions to evaluate on (count; a seeded sample spread over the datasets)")
     args, cfg = parse_config(parser, argv, default_config=DEFAULT_CONFIG, resume=True)
     import ray
@@ -53,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     from pipelines.evaluate import evaluate
     from pipelines.tracking import REWARD_CURVE, read_metrics
     from pipelines.train import TrainConfigError, TrainingStopped, train, validate
-    from pipelines.train_metrics import format_trend, learning_trend
+    from pipelines.train_metrics import dev_curve, format_dev_curve, format_trend, learning_trend
 
     with user_errors():  # everything a user can fix is checked before Ray starts
         try:
@@ -96,10 +98,20 @@ def main(argv: list[str] | None = None) -> int:
         if started:
             ray.shutdown()
     wandb_dirs = sorted((run_dir / "wandb").glob("offline-run-*"))
-    trend = format_trend(learning_trend(read_metrics(run_dir / "metrics.jsonl")))
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    trend, curve = format_trend(learning_trend(rows)), dev_curve(rows)
     print()
     if trend:
         print(f"Training ({cfg.train.recipe}): first third of the steps against the last third\n{trend}\n")
+    selection = run_dir / "learnable_questions.json"
+    if selection.is_file():  # train.select_questions: what the untrained policy's samples left to learn from
+        sel = json.loads(selection.read_text())
+        how = "cached" if sel["cached"] else f"{sel['seconds']:.0f} s"
+        print(f"Learnable questions: kept {sel['kept']} of {sel['candidates']} training questions "
+              f"({100 * sel['share_kept']:.0f}%: their {sel['samples']} samples' answer F1 differ; {how})\n")
+    if curve:  # step 0 = the policy before any update
+        print(f"Dev (greedy, {curve[-1]['questions']:.0f} questions) after each evaluated step\n"
+              f"{format_dev_curve(curve)}\n")
     print((run_dir / "eval" / "results.md").read_text())  # the table and the judge's agreement line
     print(f"\nrun directory: {run_dir}")
     print(f"reward curves: {run_dir / REWARD_CURVE}")

@@ -50,6 +50,7 @@ SMOKE_OVERRIDES = [
     "learner.cpus_per_rank=1.0", "retrieval.query_encoders=1", "train.questions_per_step=2",
     "rollout.samples_per_prompt=2", "learner.mini_batch_size=4", "learner.micro_batch_size=2",
     "rollout.max_new_tokens_per_turn=48", "train.eval_questions=0", "train.eval_every=0", "train.save_every=0",
+    "train.select_questions=0",
     "train.wandb.mode=offline", "ray.num_cpus=null",
 ]
 ROLE_CLASSES = {"shard": "ShardSearcher", "rollout": "RolloutWorker", "learner": "PolicyLearner"}

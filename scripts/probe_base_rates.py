@@ -25,9 +25,28 @@ from pathlib import Path
 
 from scripts.cli import parse_config, user_errors
 
-COLUMNS = (("valid_action_rate", "valid actions"), ("searched_episode_rate", "episodes searching"),
-           ("searches_per_episode", "searches/ep"), ("relevant_search_rate", "relevant queries"),
-           ("finish/answer", "answered"), ("reward_mean", "reward"))
+COLUMNS = (("reward_mean", "reward"), ("reward_differs", "questions with differing reward"),
+           ("f1_differs", "questions with differing F1"), ("searched_episode_rate", "episodes searching"),
+           ("relevant_search_rate", "relevant queries"), ("finish/answer", "answered"),
+           ("answer_forced_rate", "answer forced"), ("answer_f1", "answer F1"), ("answer_cover_em", "cover-EM"),
+           ("valid_action_rate", "valid actions"))
+
+
+def differing_share(trajs: list[dict], value) -> float:
+    """Share of questions (GRPO groups) whose samples' `value(trajectory)` are not all equal: where a
+    group-relative advantage is non-zero, so GRPO has something to learn from. 0.0 for no trajectories."""
+    groups: dict[str, set] = {}
+    for t in trajs:
+        groups.setdefault(t["group_id"], set()).add(round(float(value(t)), 6))
+    return sum(len(v) > 1 for v in groups.values()) / len(groups) if groups else 0.0
+
+
+def answer_f1(traj: dict) -> float:
+    """Token F1 of a trajectory's final answer against its gold answers (no answer: 0)."""
+    from recipes.metrics import f1_score
+
+    answer = (traj.get("final") or {}).get("answer")
+    return f1_score(answer, traj["golden_answers"]) if answer is not None else 0.0
 
 
 def variant_options(recipe_cls: type, variant: str) -> dict:
@@ -74,6 +93,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--recipe-options", default="{}", type=json.loads,
                         help='JSON options for every probed recipe, e.g. \'{"stage": 1}\' (r1_searcher stage-1 rewards)')
     parser.add_argument("--out", default="runs/base_rates.json")
+    parser.add_argument("--dump", default="", help="folder to write each row's trajectories to (JSONL.gz); '' = none")
+    parser.add_argument("--sample-seed", type=int, default=None,
+                        help="draw the questions as a seeded sample spread over the datasets (default: the first N)")
     args, cfg = parse_config(parser, argv)
     import ray
 
@@ -99,7 +121,12 @@ def main(argv: list[str] | None = None) -> None:
     limits = {"max_new_tokens_per_turn": ro.max_new_tokens_per_turn, "max_observation_tokens": ro.max_observation_tokens,
               "max_total_tokens": ro.max_total_tokens}
     with user_errors():
-        examples = [asdict(q) for q in iter_qa(pack_file(cfg.data.train, cfg.data.dir), limit=args.questions)]
+        if args.sample_seed is None:
+            examples = [asdict(q) for q in iter_qa(pack_file(cfg.data.train, cfg.data.dir), limit=args.questions)]
+        else:
+            from pipelines.evaluate import load_questions
+
+            examples = load_questions(cfg.data.train, cfg.data.dir, args.questions, sample_seed=args.sample_seed)
         started = init_ray(cfg.ray)
         actors = ActorSet()
         try:
@@ -115,6 +142,12 @@ def main(argv: list[str] | None = None) -> None:
                         sampling={"temperature": ro.temperature, "top_p": ro.top_p, "seed": cfg.seed},
                         compute_reward=scored))
                     m = {k.removeprefix("rollout/"): v for k, v in rollout_metrics(trajs).items()}
+                    m["reward_differs"] = differing_share(trajs, lambda t: t.get("reward") or 0.0)
+                    m["f1_differs"] = differing_share(trajs, answer_f1)
+                    if args.dump:  # transcripts to read: a rising reward is not yet learning
+                        from pipelines.prepare.common import write_jsonl_gz
+
+                        write_jsonl_gz(Path(args.dump) / f"{model}-{recipe}-{variant}.jsonl.gz", trajs)
                     rows.append({"model": model, "recipe": recipe, "variant": variant, "options": options, **m})
                     print(format_table(rows[-1:]).splitlines()[-1], flush=True)
                 actors.stop([worker])

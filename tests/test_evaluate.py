@@ -15,6 +15,7 @@ from pipelines.evaluate import (
     QARecord,
     compute_rows,
     evaluate,
+    format_intervals_markdown,
     format_markdown,
     load_questions,
     parse_methods,
@@ -166,8 +167,9 @@ def test_evaluate_end_to_end_through_the_actors(ray_local, small_index, data_dir
 
     rows = json.loads((out / "results.json").read_text())
     assert [r["method"] for r in rows if r["dataset"] == ALL] == ["direct", "naive_rag", "policy"]
-    for r in rows:
-        assert set(r) == ROW_KEYS
+    for r in rows:  # pooled rows: bootstrap intervals; policy's also its paired difference to naive_rag
+        extra = set() if r["dataset"] != ALL else {"ci", "paired"} if r["method"] == "policy" else {"ci"}
+        assert set(r) == ROW_KEYS | extra
         for m in ("em", "f1", "cover_em", "span_check", "gen_acc"):
             assert 0.0 <= r[m] <= 1.0 and not math.isnan(r[m])
         assert r["span_check"] <= r["gen_acc"]  # GenAcc = span_check OR judge
@@ -189,6 +191,7 @@ def test_evaluate_end_to_end_through_the_actors(ray_local, small_index, data_dir
     assert md.startswith("# Evaluation on dev.jsonl.gz (3 questions): recipe s3")
     table = format_markdown(rows)
     assert "\n\n" + table + "\nGenAcc judge (" in md and "| **policy** | **all** | **3** |" in table
+    assert md.endswith(format_intervals_markdown(rows)) and "| metric | policy − naive_rag | 95% CI |" in md
     agreement = json.loads((out / "judge_agreement.json").read_text())
     assert agreement["span_positive"] + agreement["no_overlap"] <= sum(p["judge"] is not None for p in preds)
     assert all(p["judge"] is None for p in preds if not (p["answer"] or "").strip())

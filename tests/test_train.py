@@ -131,7 +131,9 @@ def test_two_steps_checkpoint_and_resume(ray_local, small_index, tiny_gemma_dir,
     )
     run_dir = train(cfg, progress=False)
     rows = _rows(run_dir)
-    assert [r["step"] for r in rows] == [1, 2] and [r["stage"] for r in rows] == [1, 2]
+    assert [r["step"] for r in rows] == [0, 1, 2] and "dev/answer_f1" in rows[0]  # eval_every 10: step 0 and the end
+    rows = rows[1:]
+    assert [r["stage"] for r in rows] == [1, 2]
     for key in ("rollout/reward_mean", "rollout/turns_per_episode", "rollout/valid_action_rate", "actor/policy_loss",
                 "actor/grad_norm", "time/rollout_s", "time/update_s", "time/sync_s"):
         assert key in rows[0], key
@@ -156,7 +158,7 @@ def test_two_steps_checkpoint_and_resume(ray_local, small_index, tiny_gemma_dir,
     assert resumed == run_dir and last_checkpoint(run_dir).name == "step-2"
     assert (run_dir / "config.yaml").read_bytes() == saved and not list(run_dir.glob("config.resume-*"))
     assert sorted(e["group_id"] for e in _rollouts(run_dir / "rollouts" / "step-2.jsonl.gz")) == sorted(step2)
-    assert [r["step"] for r in _rows(run_dir)] == [1, 2, 2]
+    assert [r["step"] for r in _rows(run_dir)] == [0, 1, 2, 2]  # the resume did not evaluate step 0 again
 
 
 @pytest.mark.parametrize("path", sorted(str(p) for p in Path("configs").glob("*_[cg]pu.yaml")
@@ -194,7 +196,9 @@ def test_every_recipe_trains_two_steps(ray_local, small_index, tiny_gemma_dir, t
                     "train.eval_every=2", "train.save_every=2", "train.wandb.mode=disabled")
     run_dir = train(cfg, progress=False)
     rows = _rows(run_dir)
-    assert [r["step"] for r in rows] == [1, 2]
+    assert [r["step"] for r in rows] == [0, 1, 2]  # step 0: the dev evaluation before any update
+    assert {"dev/answer_f1", "dev/answer_cover_em"} <= set(rows[0]) and "rollout/reward_mean" not in rows[0]
+    rows = rows[1:]
     expected = {"rollout/reward_mean", "rollout/reward_std", "rollout/response_tokens", "rollout/turns_per_episode",
                 "rollout/searches_per_episode", "rollout/valid_action_rate", "rollout/retrieval_latency_s",
                 "rollout/score_s_per_episode", "rollout/finish/max_turns", "actor/policy_loss", "actor/entropy",

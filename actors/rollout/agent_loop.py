@@ -120,9 +120,12 @@ class _EpisodeRun:
             lp.recipe.finish(ep, "max_total_tokens")
             return
         stops = tuple(lp.recipe.stop_strings)
+        max_tokens = min(lp.limits.max_new_tokens_per_turn, budget)
+        if ep.answer_forced:  # the loop opened the answer: a short span, not another turn of reasoning
+            max_tokens = min(max_tokens, getattr(lp.recipe.config, "forced_answer_tokens", max_tokens))
         sampling = replace(
             lp.sampling,
-            max_tokens=min(lp.limits.max_new_tokens_per_turn, budget),
+            max_tokens=max_tokens,
             stop=stops if engine_stops else (),
             n=1,
             seed=self.turn_seed(len(ep.turns)),
@@ -181,6 +184,7 @@ class _EpisodeRun:
             "answer": final.answer if final else None,
             "selected_doc_ids": [d.doc_id for d in final.selected_docs] if final else [],
             "evidence": final.evidence if final else None,
+            "answer_forced": ep.answer_forced,
         }
         score_s = 0.0
         if lp.compute_reward:

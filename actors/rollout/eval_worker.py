@@ -24,7 +24,9 @@ class EvalWorker(RolloutWorker):
         chat: bool | None = None,
     ) -> list[dict[str, Any]]:
         """One episode per example, no reward. Returns per example `{id, dataset, question,
-        golden_answers, answer, context, evidence, searches, finish_reason}`: `context` is the
+        golden_answers, answer, context, evidence, searches, finish_reason, answer_forced, turns}`:
+        `turns` are the episode's generation turns ({text, action, query, doc_ids, finish_reason}: what
+        a reader needs to see why an answer was wrong); `context` is the
         formatted selected documents for recipes whose frozen generator answers
         (`Recipe.generator_answers`, else None); `evidence` the episode's evidence (R-Search's
         `<original_evidence>`, else None); `searches` counts retrieval calls, the initial top-k included."""
@@ -41,5 +43,8 @@ class EvalWorker(RolloutWorker):
                 "context": rec.format_docs(final.selected_docs) if rec.generator_answers else None,
                 "evidence": final.evidence,
                 "searches": ep.num_searches + int(rec.initial_search), "finish_reason": ep.stop_reason,
+                "answer_forced": ep.answer_forced,
+                "turns": [{"text": r.text, "action": r.action, "query": r.query, "doc_ids": list(r.doc_ids),
+                           "finish_reason": r.finish_reason} for r in t.turns],
             })
         return out
