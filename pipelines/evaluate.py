@@ -53,7 +53,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import random
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -202,24 +201,13 @@ def mirage_examples(path: str | Path, limit: int, seed: int) -> list[dict]:
     Raises:
         EvaluationError: limit < 1. BadRowError: a malformed row.
     """
-    from pipelines.data import iter_mirage
+    from pipelines.data import iter_mirage, spread_sample
 
     if limit < 1:
         raise EvaluationError(f"eval.mirage_questions={limit}: must be >= 1 here (0 leaves MIRAGE out)")
     rows = list(iter_mirage(path))
-    rng = random.Random(seed)
-    by_set: dict[str, list[int]] = {}
-    for i, r in enumerate(rows):
-        by_set.setdefault(str(r.get("dataset", "unknown")), []).append(i)
-    queues = [rng.sample(idx, len(idx)) for _, idx in sorted(by_set.items())]
-    picked: list[int] = []
-    while len(picked) < min(limit, len(rows)):
-        for q in queues:
-            if q and len(picked) < limit:
-                picked.append(q.pop())
     out = []
-    for i in sorted(picked):
-        r = rows[i]
+    for r in spread_sample(rows, limit, seed):
         options = "\n".join(f"{k}. {v}" for k, v in r["options"].items())
         right = r["options"][r["answer"]]
         out.append({"id": r["id"], "question": f"{r['question']}\nOptions:\n{options}",
