@@ -15,9 +15,31 @@ from pipelines.train_metrics import step_summary
 log = logging.getLogger(__name__)
 
 
+def dev_eval_steps(total: int, eval_every: int, start_step: int = 0) -> list[int]:
+    """When the run evaluates on dev: completed-step counts, ascending, each once. 0 (before any
+    update, the untrained policy's score) when `eval_every` > 0 and the run starts fresh
+    (`start_step` 0: a resumed run evaluated step 0 already); every multiple of `eval_every` in
+    (`start_step`, `total`]; and `total` always (`eval_every` 0 = only at the end). Empty when
+    `start_step >= total`: no step is left to run.
+
+    Raises:
+        ValueError: a negative argument.
+    """
+    if min(total, eval_every, start_step) < 0:
+        raise ValueError(f"dev_eval_steps({total}, {eval_every}, {start_step}): arguments must be >= 0")
+    if start_step >= total:
+        return []
+    due = {total}
+    if eval_every:
+        due.update(range(eval_every * (start_step // eval_every + 1), total + 1, eval_every))
+        if start_step == 0:
+            due.add(0)
+    return sorted(due)
+
+
 def run_loop(trainer: Any, start_step: int, stop: GracefulStop | None = None) -> None:
     """Steps `start_step` … end with metrics, evaluation and checkpoints. The dev evaluation runs
-    after the steps `pipelines.train.dev_eval_steps` names; its step 0 (before any update, only in a
+    after the steps `dev_eval_steps` names; its step 0 (before any update, only in a
     fresh run) is a metrics row of its own, logged at step 0. `stop` (its handlers
     installed by the caller) aborts or finishes the running step on SIGTERM/SIGINT. `trainer`: a
     `pipelines.train.Trainer` (or an object with its step/evaluate_dev/save/tracker/recover_learners).
@@ -29,7 +51,7 @@ def run_loop(trainer: Any, start_step: int, stop: GracefulStop | None = None) ->
     from tqdm import tqdm
 
     from actors.learner.group import LearnerRankError
-    from pipelines.train import dev_eval_steps, total_steps
+    from pipelines.train import total_steps
 
     cfg, total, stop = trainer.cfg, total_steps(trainer.cfg), stop or GracefulStop()
     dev_due = set(dev_eval_steps(total, cfg.train.eval_every, start_step))

@@ -11,7 +11,7 @@ orders the work. One step:
 4. `algorithms.compute_advantages` (GAE, GRPO, Reinforce++, RLOO, group mean);
 5. critic and policy updates (DeepSpeed), then the new weights go to every RolloutWorker;
 6. metrics (JSONL + wandb), a dev evaluation every `eval_every` steps (also before step 1 and after
-   the last; `dev_eval_steps`), a checkpoint every `save_every`.
+   the last; `pipelines.run_loop.dev_eval_steps`), a checkpoint every `save_every`.
 """
 
 from __future__ import annotations
@@ -30,13 +30,13 @@ import torch
 from configs.schema import Config
 from pipelines.checkpoints import (
     STATE_FILE,
-    checkpoint_step,
     dir_bytes,
     last_checkpoint,
     prune_checkpoints,
     save_rollouts,
 )
 from pipelines.graceful_stop import GracefulStop, StopRequested, TrainingStopped, stop_request
+from pipelines.run_dir import cfg_to_yaml, new_run_dir, resume_checkpoint  # noqa: F401 - public here too
 from pipelines.run_loop import run_loop
 
 log = logging.getLogger(__name__)
@@ -60,28 +60,6 @@ def stage_at(cfg: Config, step: int) -> tuple[int, dict[str, Any], str]:
         if step < end:
             return i, cfg.recipe_config(stage.recipe_options), stage.train or cfg.data.train
     return 0, cfg.recipe_config(), cfg.data.train
-
-
-def dev_eval_steps(total: int, eval_every: int, start_step: int = 0) -> list[int]:
-    """When the run evaluates on dev: completed-step counts, ascending, each once. 0 (before any
-    update, the untrained policy's score) when `eval_every` > 0 and the run starts fresh
-    (`start_step` 0: a resumed run evaluated step 0 already); every multiple of `eval_every` in
-    (`start_step`, `total`]; and `total` always (`eval_every` 0 = only at the end). Empty when
-    `start_step >= total`: no step is left to run.
-
-    Raises:
-        ValueError: a negative argument.
-    """
-    if min(total, eval_every, start_step) < 0:
-        raise ValueError(f"dev_eval_steps({total}, {eval_every}, {start_step}): arguments must be >= 0")
-    if start_step >= total:
-        return []
-    due = {total}
-    if eval_every:
-        due.update(range(eval_every * (start_step // eval_every + 1), total + 1, eval_every))
-        if start_step == 0:
-            due.add(0)
-    return sorted(due)
 
 
 def batch_indices(step: int, per_step: int, num_questions: int, seed: int, shuffle: bool) -> list[int]:
@@ -144,36 +122,6 @@ def check_data(cfg: Config) -> None:
         pack_file(name, cfg.data.dir)
 
 
-def resume_checkpoint(run_dir: Path, cfg: Config) -> Path:
-    """The checkpoint a resume of `run_dir` under `cfg` continues from. The run's `config.yaml` is never
-    rewritten: what `cfg` changes (only what `configs.resume.RESUME_KEYS` allows) goes to
-    `config.resume-<step>.yaml` and the log.
-
-    Raises:
-        FileNotFoundError: no resumable checkpoint under `run_dir/checkpoints`.
-        ConfigError: `cfg` changes a key a resume may not change, or `run_dir` has no config.yaml.
-    """
-    from configs.resume import load_resume_config, resume_changes
-
-    checkpoint = last_checkpoint(run_dir)
-    if checkpoint is None:
-        raise FileNotFoundError(f"--resume {run_dir}: no resumable checkpoint under {run_dir}/checkpoints")
-    changed = resume_changes(load_resume_config(run_dir)[0], cfg)
-    if changed:
-        step = checkpoint_step(checkpoint)
-        (run_dir / f"config.resume-{step}.yaml").write_text(cfg_to_yaml(cfg))
-        log.info("resume at step %d changes %s (config.resume-%d.yaml)", step,
-                 ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items()), step)
-    return checkpoint
-
-
-def new_run_dir(cfg: Config) -> Path:
-    """`<run_dir>/<recipe>-<timestamp>/` (created)."""
-    path = Path(cfg.run_dir) / f"{cfg.train.recipe}-{time.strftime('%Y%m%d-%H%M%S')}"
-    path.mkdir(parents=True, exist_ok=False)
-    return path
-
-
 class Trainer:
     """Owns the actors of one run and runs its steps (use `run()`; `close()` frees everything)."""
 
@@ -188,7 +136,6 @@ class Trainer:
         self._questions: dict[str, list[dict]] = {}
         self.on_phase: Any = lambda phase: None  # called with "rollout", "prepare", ... as a step moves on
         self.weight_version = 0  # the policy version the rollout workers hold
-        self.selection: dict[str, Any] | None = None  # the learnable-question selection's report, once run
         self.faults: Counter = Counter()  # failures and recoveries since the last step's metrics
         self.learner_restarts = self.pool_retries = 0
         self.snapshot = None  # pipelines.learner_recovery.LearnerSnapshot with train.learner_recovery: snapshot
@@ -267,18 +214,14 @@ class Trainer:
             from pipelines.prepare.learnable import select_learnable
 
             self.on_phase("selecting learnable questions")
-
-            def rollout(examples: Sequence[dict], n: int) -> list[dict]:
-                return self.rollout(examples, recipe_options, n, self.cfg.rollout.temperature, seed=self.cfg.seed)
-
             try:
-                kept, report = select_learnable(self.cfg, rows, recipe_options, rollout)
+                self._questions[key], _ = select_learnable(
+                    self.cfg, rows, recipe_options,
+                    lambda examples, n: self.rollout(examples, recipe_options, n, self.cfg.rollout.temperature,
+                                                     seed=self.cfg.seed),
+                    report_to=self.run_dir / "learnable_questions.json")
             except ValueError as e:
                 raise TrainConfigError(str(e)) from None
-            (self.run_dir / "learnable_questions.json").write_text(json.dumps(
-                {**report, "ids": [q["id"] for q in kept]}, indent=1))
-            self.selection = report
-            self._questions[key] = kept
         return self._questions[key]
 
     # -- one step ---------------------------------------------------------------------------------------
@@ -549,10 +492,3 @@ def train(cfg: Config, resume: str | Path | None = None, progress: bool = True) 
 
         disarm()  # a stop signal's cleanup is done: the caller (a notebook, a test) may go on
     return run_dir
-
-
-def cfg_to_yaml(cfg: Config) -> str:
-    """The resolved config as YAML (what `--resume` and `configs.load_config` read back)."""
-    import yaml
-
-    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)

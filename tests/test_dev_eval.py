@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from pipelines.train import dev_eval_steps
+from pipelines.run_loop import dev_eval_steps
 from pipelines.train_metrics import (
     dev_curve,
     dev_summary,

@@ -3,6 +3,7 @@ from, the cache beside the index, and its invalidation."""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -53,8 +54,10 @@ def test_select_keeps_differing_questions_and_caches(tmp_path):
         return [traj(e["id"], i, answers[e["id"]][i], dataset=e["dataset"]) for e in examples for i in range(n)]
 
     c = cfg(tmp_path)
-    kept, report = select_learnable(c, pool, {"stage": 2}, rollout)
+    kept, report = select_learnable(c, pool, {"stage": 2}, rollout, report_to=tmp_path / "learnable_questions.json")
     assert [q["id"] for q in kept] == ["a", "d"]
+    written = json.loads((tmp_path / "learnable_questions.json").read_text())
+    assert written["ids"] == ["a", "d"] and written["kept"] == 2
     assert report["kept"] == 2 and report["share_kept"] == 0.5 and not report["cached"]
     assert report["share_cover_em_hit"] == 0.75
     assert cache_path(c.index.dir, "x").parent == tmp_path / "idx.learnable"

@@ -87,6 +87,7 @@ def select_learnable(
     pool: Sequence[Mapping[str, Any]],
     recipe_options: Mapping[str, Any],
     rollout: Callable[[Sequence[Mapping[str, Any]], int], list[dict]],
+    report_to: str | Path | None = None,
 ) -> tuple[list[dict], dict[str, Any]]:
     """The questions of `pool` to train on, and the selection's report.
 
@@ -100,6 +101,8 @@ def select_learnable(
         pool: the training questions (dicts with id, question, golden_answers, dataset).
         recipe_options: the recipe options the policy trains with.
         rollout: `rollout(examples, n)` → trajectory dicts, `n` samples of each example.
+        report_to: a JSON file to write the report and the kept ids to (the run's
+            `learnable_questions.json`, read by `scripts.main`'s summary); None = none.
     Returns:
         (kept questions, report {"candidates", "kept", "share_kept", "share_cover_em_hit", "mean_f1",
         "seconds", "cached", "path"}).
@@ -132,6 +135,8 @@ def select_learnable(
     }
     if not cached:
         write_json(path, {"settings": settings, "scores": scores, "report": report})
+    if report_to is not None:
+        Path(report_to).write_text(json.dumps({**report, "ids": [q["id"] for q in kept]}, indent=1))
     if not kept:
         raise ValueError(f"train.select_questions: none of {len(candidates)} training questions had samples whose "
                          f"answer F1 differ; raise train.select_questions or train.select_samples, or set "
