@@ -300,6 +300,15 @@ def eval_sampling(cfg: Any) -> dict[str, Any]:
     return {"temperature": cfg.eval.temperature, "top_p": cfg.eval.top_p, "seed": cfg.seed}
 
 
+def eval_frozen_config(cfg: Any) -> Any:
+    """`cfg` whose frozen LLMs run on the evaluation's engine (`eval.frozen_backend`, e.g. vLLM where
+    training ran the generator on hf beside the learners); `cfg` itself when that is unset or the same."""
+    backend = cfg.eval.frozen_backend
+    if not backend or backend == cfg.frozen.backend:
+        return cfg
+    return cfg.model_copy(update={"frozen": cfg.frozen.model_copy(update={"backend": backend})})
+
+
 def eval_judge_config(cfg: Any) -> Any:
     """`cfg` whose judge is the evaluation's (`Config.eval_judge_model`), for `start_frozen_llm(.., "judge")`."""
     return cfg.model_copy(update={"frozen": cfg.frozen.model_copy(update={"judge_model": cfg.eval_judge_model})})
@@ -344,7 +353,7 @@ def evaluate(
     Args:
         cfg: `configs.Config`; uses `train.recipe(_options)`, `learner.model`, `rollout.*` (policy
             engine and limits), `frozen.*` (generator, judge, their engines), `eval.*` (top-k,
-            temperature, max_turns, judge model), `index.dir`,
+            temperature, max_turns, judge model, frozen backend), `index.dir`,
             `retrieval.*`, `ray.*`, `data.dir` (for a pack file name) and `seed`.
         qa_file: QA file path, or a data pack file name ("test.jsonl.gz").
         out_dir: created if missing; gets `config.yaml` (the resolved config), `results.json` (the rows,
@@ -380,6 +389,7 @@ def evaluate(
     from cluster.ray_init import init_ray
 
     names = parse_methods(methods)
+    cfg = eval_frozen_config(cfg)
     plans = plan_methods(cfg, names, str(checkpoint) if checkpoint is not None else None)
     examples = load_questions(qa_file, cfg.data.dir, limit, sample_seed=cfg.seed if sample else None)
     if cfg.eval.mirage_questions:

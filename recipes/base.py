@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -155,6 +155,15 @@ class Prompt:
             )
         text = tokenizer.apply_chat_template(list(map(dict, self.messages)), tokenize=False, add_generation_prompt=True)
         return text + self.response_prefix
+
+
+def prefilled(prompt: Prompt, prefill: str) -> Prompt:
+    """`prompt` with `prefill` appended to its forced response prefix (and to the completion text); the
+    policy's response then continues it (e.g. a prefilled `<search>`). "" returns `prompt` unchanged."""
+    if not prefill:
+        return prompt
+    completion = prompt.completion + prefill if prompt.completion else prompt.completion
+    return replace(prompt, completion=completion, response_prefix=prompt.response_prefix + prefill)
 
 
 @dataclass

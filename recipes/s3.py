@@ -40,9 +40,10 @@ from recipes.base import (
     Search,
     Select,
     format_docs,
+    prefilled,
     require_scorer,
 )
-from recipes.metrics import gen_acc, normalize_answer
+from recipes.metrics import cover_exact_match, exact_match, f1_score, gen_acc, normalize_answer
 from recipes.tags import Block, clean, find_blocks
 
 SEARCHER_PROMPT = (
@@ -86,6 +87,12 @@ class S3Config(RecipeConfig):
         "paper", description="paper: GenAcc_s3 − GenAcc_RAG (Eq. 1); code: (GenAcc_s3 − GenAcc_RAG) + GenAcc_s3."
     )
     use_judge: bool = Field(True, description="GenAcc = span_check ∨ judge_check (Eq. 3); False = span_check only.")
+    prefill: str = Field(
+        "", description="Text the searcher's response is forced to start with (e.g. '<important_info>['); it counts "
+        "as policy text for parsing. Not in the paper's prompt.")
+    reward_metric: Literal["gen_acc", "f1", "cover_em", "em"] = Field(
+        "gen_acc", description="The accuracy in Eq. 1: gen_acc (the paper) or the answer's token F1, cover-EM or EM "
+        "against the gold answers (a dense gain where a small generator's GenAcc is almost always 0; no judge).")
 
 
 def parse_ids(content: str) -> tuple[int, ...]:
@@ -184,8 +191,17 @@ class S3(Recipe):
 
     def frozen_roles(self) -> tuple[str, ...]:
         """The generator answers from the s3 and naive-RAG contexts; the judge decides GenAcc when
-        `use_judge` (Eq. 3)."""
-        return ("generator", "judge") if self.config.use_judge else ("generator",)
+        `use_judge` (Eq. 3) and the reward metric is GenAcc."""
+        judged = self.config.use_judge and self.config.reward_metric == "gen_acc"
+        return ("generator", "judge") if judged else ("generator",)
+
+    def accuracy(self, answer: str, golden_answers: Sequence[str], scorer: Scorer) -> float:
+        """Acc(answer, A) of Eq. 1 under `reward_metric`: GenAcc (Eq. 3; 0 or 1) or the token F1,
+        cover-EM or EM of the answer against the gold answers (in [0, 1])."""
+        golds, metric = list(golden_answers), self.config.reward_metric
+        if metric == "gen_acc":
+            return gen_acc(answer, golds, scorer.judge if self.config.use_judge else None)
+        return {"f1": f1_score, "cover_em": cover_exact_match, "em": exact_match}[metric](answer, golds)
 
     def __init__(self, config: RecipeConfig | Mapping[str, Any] | None = None, **overrides: Any):
         super().__init__(config, **overrides)
@@ -193,7 +209,7 @@ class S3(Recipe):
 
     def build_prompt(self, question: str, initial_docs: Sequence[Doc], chat: bool) -> Prompt:
         text = SEARCHER_PROMPT.format(question=question, initial_search_result=self.format_docs(initial_docs))
-        return Prompt(({"role": "user", "content": text},), text, chat)
+        return prefilled(Prompt(({"role": "user", "content": text},), text, chat), self.config.prefill)
 
     def parse(self, turn_text: str) -> Action:
         """The turn's first `</query>` → `Search`, or first `<search_complete>True` → `Complete`,
@@ -249,24 +265,32 @@ class S3(Recipe):
         return FinalOutput(selected_docs=self.context_docs(episode))
 
     def rag_gen_acc(self, episode: Episode, scorer: Scorer) -> float:
-        """The baseline term Acc(G(Q, D_RAG), A): `episode.meta["rag_gen_acc"]` when precomputed,
-        else computed from the episode's initial top-k once per question and cached, keyed by the
-        dataset-unique `group_id` (two datasets' question "17" are different questions), else `qid`,
-        else the text."""
-        if "rag_gen_acc" in episode.meta:
+        """The baseline term Acc(G(Q, D_RAG), A): `episode.meta["rag_gen_acc"]` when precomputed (a
+        GenAcc: used only under `reward_metric` gen_acc), else computed from the episode's initial
+        top-k once per question and cached, keyed by the dataset-unique `group_id` (two datasets'
+        question "17" are different questions), else `qid`, else the text."""
+        if "rag_gen_acc" in episode.meta and self.config.reward_metric == "gen_acc":
             return float(episode.meta["rag_gen_acc"])
         key = episode.group_id or episode.qid or episode.question
         if key not in self.rag_cache:
-            self.rag_cache[key] = naive_rag_gen_acc(
-                episode.question, episode.initial_docs, episode.golden_answers, scorer,
-                self.config.use_judge, self.config.doc_template,
-            )
+            if self.config.reward_metric == "gen_acc":
+                self.rag_cache[key] = naive_rag_gen_acc(
+                    episode.question, episode.initial_docs, episode.golden_answers, scorer,
+                    self.config.use_judge, self.config.doc_template,
+                )
+            else:
+                context = self.format_docs(episode.initial_docs)
+                answer = scorer.generate_answer(episode.question, context, ANSWER_PROMPT)
+                self.rag_cache[key] = self.accuracy(answer, episode.golden_answers, scorer)
         return self.rag_cache[key]
 
     def reward(self, episode: Episode, scorer: Scorer | None = None) -> RewardBreakdown:
-        """Gain Beyond RAG (s3 Eq. 1): GenAcc(G(Q, D_s3)) − GenAcc(G(Q, D_RAG)), in {−1, 0, 1}; the
-        `code` variant adds GenAcc_s3 (range [−1, 2]). Also stores the generator's answer in
-        `episode.final.answer`.
+        """Gain Beyond RAG (s3 Eq. 1): Acc(G(Q, D_s3)) − Acc(G(Q, D_RAG)), in {−1, 0, 1} for GenAcc
+        (in [−1, 1] for F1); the `code` variant adds Acc_s3 (range [−1, 2]). Acc is `reward_metric`
+        (`accuracy`). Also stores the generator's answer in `episode.final.answer`.
+
+        Components keep the paper's names whatever the metric: `gen_acc_s3` and `gen_acc_rag` hold
+        the configured accuracy.
 
         Components: `gen_acc_s3`, `gen_acc_rag`, `gain_beyond_rag`.
 
@@ -278,7 +302,7 @@ class S3(Recipe):
         golds = list(episode.golden_answers)
         answer = scorer.generate_answer(episode.question, self.format_docs(final.selected_docs), ANSWER_PROMPT)
         final.answer = answer
-        acc_s3 = gen_acc(answer, golds, scorer.judge if self.config.use_judge else None)
+        acc_s3 = self.accuracy(answer, golds, scorer)
         acc_rag = self.rag_gen_acc(episode, scorer)
         gain = acc_s3 - acc_rag
         total = gain + acc_s3 if self.config.reward_variant == "code" else gain

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import ClassVar
 
 from pydantic import Field
 
-from recipes.base import Action, Answer, Doc, Invalid, Prompt, Recipe, RecipeConfig, Search
+from recipes.base import Action, Answer, Doc, Invalid, Prompt, Recipe, RecipeConfig, Search, prefilled
 from recipes.tags import clean, find_blocks
 
 # One worked example of the loop (two searches, then the answer), written in each recipe's own tags.
@@ -122,11 +121,7 @@ class TaggedSearchRecipe(Recipe):
 
     def with_prefill(self, prompt: Prompt) -> Prompt:
         """`prompt` with `prefill` appended to the forced response prefix (and to the completion text)."""
-        prefill = self.config.prefill
-        if not prefill:
-            return prompt
-        completion = prompt.completion + prefill if prompt.completion else prompt.completion
-        return replace(prompt, completion=completion, response_prefix=prompt.response_prefix + prefill)
+        return prefilled(prompt, self.config.prefill)
 
     def forced_answer_prefix(self) -> str | None:
         """`"\\n<answer>"` (this recipe's answer tag) when `force_answer` is on, else None."""

@@ -77,6 +77,21 @@ def test_r_search_evaluates_with_top5_and_temperature_0_1_for_every_method():
     assert plan_methods(other, ["policy"], None)[0].recipe_config["max_turns"] == 2
 
 
+def test_evaluation_may_run_the_frozen_generator_on_another_engine():
+    """`eval.frozen_backend`: training keeps the generator on hf (one process beside the learners), the
+    evaluation's baselines and s3 answers run on vLLM; unset, the training engine is kept."""
+    from pipelines.evaluate import eval_frozen_config, plan_methods
+
+    main = load_config("configs/main_cpu.yaml")
+    assert main.frozen.backend == "hf" and main.eval.frozen_backend == "vllm"
+    evaluated = eval_frozen_config(main)
+    assert evaluated.frozen.backend == "vllm" and main.frozen.backend == "hf"  # a copy; training's is untouched
+    (rag,) = plan_methods(evaluated, ["naive_rag"], None)
+    assert rag.spec.backend == "vllm"
+    same = load_config("configs/s3_cpu.yaml")
+    assert eval_frozen_config(same) is same
+
+
 def test_eval_section_errors_name_the_field():
     import pytest
 
