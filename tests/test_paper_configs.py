@@ -82,7 +82,7 @@ def test_evaluation_may_run_the_frozen_generator_on_another_engine():
     evaluation's baselines and s3 answers run on vLLM; unset, the training engine is kept."""
     from pipelines.evaluate import eval_frozen_config, plan_methods
 
-    main = load_config("configs/main_cpu.yaml")
+    main = load_config("configs/main_cpu.yaml", ["frozen.backend=hf", "eval.frozen_backend=vllm"])
     assert main.frozen.backend == "hf" and main.eval.frozen_backend == "vllm"
     evaluated = eval_frozen_config(main)
     assert evaluated.frozen.backend == "vllm" and main.frozen.backend == "hf"  # a copy; training's is untouched
