@@ -57,6 +57,9 @@ class LearnerConfig(StrictModel):
     zero_stage: int = Field(2, ge=0, le=3, description="DeepSpeed ZeRO stage (0-3).")
     offload_optimizer: bool = Field(False, description="ZeRO optimizer states on CPU (DeepSpeedCPUAdam).")
     gradient_checkpointing: bool = Field(True, description="Recompute decoder activations in backward.")
+    freeze_embeddings: bool = Field(
+        False, description="Keep the input embeddings (and an LM head tied to them) out of the update: no gradient "
+        "or optimizer state for them (Gemma 3 270M: 168M of its 268M parameters, about 2 GB in fp32 with AdamW).")
     lr: float = Field(1e-6, gt=0, description="Policy learning rate (Search-R1 / s3: 1e-6).")
     critic_lr: float = Field(1e-5, gt=0, description="Critic learning rate (Search-R1 PPO: 1e-5).")
     weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay.")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -323,3 +324,27 @@ def test_bench_learner_prints_mfu_before_and_after(ray_local, tiny_gemma_dir, tm
                                                           rel=0.05)
     result = json.loads(out.read_text())["results"][0]
     assert set(result["step_s"]) == {"recompute", "one_pass"} and result["policy_tokens"] > 0
+
+
+def test_frozen_embeddings_stay_fixed_while_the_update_moves_the_policy(ray_local, tiny_gemma_dir, tmp_path):
+    """`freeze_embeddings`: the GRPO update still moves the policy's log-probs, and the saved model's
+    embedding matrix (tied to the LM head) is the starting one, bit for bit."""
+    from safetensors.torch import load_file
+
+    from actors.learner.group import LearnerGroup
+
+    batch = make_train_batch(synthetic_trajectories(4), pad_token_id=0)
+    group = LearnerGroup("policy", learner_config(tiny_gemma_dir, zero_stage=0, freeze_embeddings=True))
+    try:
+        b, _ = with_grpo(group, batch, [1.0, 0.0, 0.0, 1.0])
+        m = group.update(b, AlgorithmConfig(kl_coef=0.0))
+        after, _ = group.compute_logprobs(batch)
+        assert m["grad_norm"] > 0 and ((after - b.old_logprobs) * batch.loss_mask).abs().sum() > 0
+        saved = Path(group.save_checkpoint(str(tmp_path / "ckpt")))
+    finally:
+        group.shutdown()
+    name = "model.embed_tokens.weight"
+    start = {k: v for f in Path(tiny_gemma_dir).glob("*.safetensors") for k, v in load_file(f).items()}
+    trained = {k: v for f in saved.rglob("*.safetensors") for k, v in load_file(f).items()}
+    key = next(k for k in trained if k.endswith(name))
+    assert torch.equal(trained[key].float(), next(v for k, v in start.items() if k.endswith(name)).float())

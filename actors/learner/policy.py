@@ -52,6 +52,8 @@ class PolicyLearner(DeepSpeedRank):
         self.model_path = resolve_model(self.config.model)
         lm = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32)
         lm.config.use_cache = False
+        if self.config.freeze_embeddings:  # tied LM heads share this tensor, so they stay fixed too
+            lm.get_input_embeddings().weight.requires_grad_(False)
         if self.config.gradient_checkpointing:
             lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         module = PolicyTokenStats(lm, self.config.logprob_chunk_tokens, self.temperature)
