@@ -29,7 +29,7 @@ from pathlib import Path
 
 from scripts.cli import parse_config, user_errors
 
-DEFAULT_CONFIG = "configs/main_cpu.yaml"  # Search-R1 loop, answer-F1 reward, learnable questions (docs/main-job.md)
+DEFAULT_CONFIG = "configs/main_cpu.yaml"  # s3 searcher, F1 gain over naive RAG, learnable questions (docs/main-job.md)
 EVAL_METHODS = ("direct", "naive_rag", "policy", "untrained")  # the trained searcher against the same model untrained
 
 log = logging.getLogger(__name__)
