@@ -71,8 +71,12 @@ class RolloutWorker:
 
     async def update_weights(self, named_tensors: Iterable[tuple[str, Any]], version: int) -> int:
         """Load new policy weights; returns the recorded version."""
+        from cluster.malloc_trim import malloc_trim
+
         engine = await self.holder.get()
         await engine.update_weights(named_tensors, version)
+        del named_tensors
+        malloc_trim()  # the copy of the weights is freed: hand its pages back (cluster/malloc_trim.py)
         return engine.weight_version
 
     # -- NCCL weight sync (`learner.weight_sync: nccl`; driven by actors.learner.nccl_sync.sync_over_nccl) --------
