@@ -60,10 +60,19 @@ from pathlib import Path
 from typing import Any
 
 from actors.engines.spec import EngineSpec, engine_spec
+from pipelines.eval_inputs import (  # noqa: F401  (re-exported: callers import them from here)
+    DEFAULT_METHODS,
+    METHODS,
+    EvaluationError,
+    _check_model_field,
+    load_questions,
+    mirage_examples,
+    parse_methods,
+    resolve_checkpoint,
+)
 from pipelines.eval_judges import acc_l_verdicts, rstool_records
 from pipelines.eval_rows import (
     ALL,
-    MIRAGE,
     QARecord,
     add_intervals,
     compute_rows,
@@ -80,140 +89,6 @@ from recipes.metrics import span_check
 log = logging.getLogger(__name__)
 
 _CHUNK = 8  # questions per worker call: calls run concurrently (the engine batches across them); the bar moves per call
-
-class EvaluationError(ValueError):
-    """An argument or input a user can fix (method list, checkpoint, QA file, limit); the message
-    names the argument or config field and the fix."""
-
-
-
-METHODS = ("direct", "naive_rag", "policy", "untrained", "rstool")
-"""Known method names; see the module docstring."""
-
-DEFAULT_METHODS = ("direct", "naive_rag", "policy")
-
-# ----------------------------------------------------------------------------- inputs
-
-
-_WEIGHTS = ("*.safetensors", "*.bin")
-_TOKENIZER = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
-
-
-def _model_problem(d: Path) -> str | None:
-    """What `d` lacks to be a Hugging Face model directory, or None."""
-    if not d.is_dir():
-        return "not a directory"
-    missing = []
-    if not (d / "config.json").is_file():
-        missing.append("config.json")
-    if not any(next(d.glob(p), None) for p in _WEIGHTS):
-        missing.append("weights (*.safetensors)")
-    if not any((d / t).is_file() for t in _TOKENIZER):
-        missing.append("a tokenizer (tokenizer.json / tokenizer_config.json)")
-    return f"no {', '.join(missing)}" if missing else None
-
-
-def resolve_checkpoint(path: str | Path) -> str:
-    """The Hugging Face model directory of a checkpoint.
-
-    Args:
-        path: what the learner wrote (`<ckpt>`, whose `policy/hf/` holds the model) or a Hugging
-            Face model directory itself (config.json, safetensors, tokenizer).
-    Returns:
-        The model directory, absolute.
-    Raises:
-        EvaluationError: the path does not exist, or neither `<path>/policy/hf` nor `<path>` is a
-            model directory (the message names the path and what is missing).
-    """
-    p = Path(path).expanduser()
-    if not p.exists():
-        raise EvaluationError(f"--checkpoint {p}: does not exist; pass a checkpoint directory written by the "
-                              f"learner (it holds policy/hf/) or a Hugging Face model directory")
-    hf = p / "policy" / "hf"
-    for cand in (hf, p):
-        if _model_problem(cand) is None:
-            return str(cand.resolve())
-    raise EvaluationError(
-        f"--checkpoint {p}: not a checkpoint ({hf}: {_model_problem(hf)}) and not a Hugging Face model "
-        f"directory ({p}: {_model_problem(p)}); pass the directory the learner's save_checkpoint wrote "
-        f"or a model directory with config.json, *.safetensors and the tokenizer"
-    )
-
-
-def parse_methods(methods: str | Iterable[str]) -> list[str]:
-    """Method names from "a,b,c" or a list, deduplicated in order.
-
-    Raises:
-        EvaluationError: empty, or a name not in `METHODS`.
-    """
-    names = [m.strip() for m in (methods.split(",") if isinstance(methods, str) else methods) if m.strip()]
-    unknown = [m for m in names if m not in METHODS]
-    if unknown or not names:
-        raise EvaluationError(f"--methods {','.join(names) or '(empty)'}: unknown {unknown or 'none given'}; "
-                              f"choose from {','.join(METHODS)}")
-    return list(dict.fromkeys(names))
-
-
-def _check_model_field(field: str, value: str) -> None:
-    """A model given as a path (starts with / ./ ../ ~) must exist; names are left to the engine."""
-    if value.startswith(("/", "./", "../", "~")) and not Path(value).expanduser().is_dir():
-        raise EvaluationError(f"{field}={value!r}: no such model directory; set {field} to an existing "
-                              f"directory, 'gemma3-270m' or a Hugging Face name")
-
-
-def load_questions(qa_file: str | Path, data_dir: str | None = None, limit: int | None = None,
-                   sample_seed: int | None = None) -> list[dict]:
-    """Questions of `qa_file` as dicts (id, question, golden_answers, dataset): the first `limit`
-    (None = all), or with `sample_seed` a sample of `limit` spread over the datasets.
-
-    The sample takes each dataset's questions in a seeded random order and deals them out round-robin
-    over the datasets (so 64 questions of a 6-dataset split hold 10-11 of each); the result keeps file
-    order. Pack splits are sorted by dataset, so their first N questions are usually one dataset.
-
-    Raises:
-        EvaluationError: limit < 1, or the file has no questions.
-        DataPackError: neither a file nor a data pack file; BadRowError: a malformed row.
-    """
-    from pipelines.data import iter_qa, pack_file, spread_sample
-
-    if limit is not None and limit < 1:
-        raise EvaluationError(f"--limit {limit}: must be >= 1 (questions), or omitted for the whole file")
-    path = Path(qa_file).expanduser()
-    if not path.is_file():
-        path = pack_file(str(qa_file), data_dir)
-    examples = [
-        {"id": e.id, "question": e.question, "golden_answers": list(e.golden_answers), "dataset": e.dataset}
-        for e in iter_qa(path, limit=None if sample_seed is not None else limit)
-    ]
-    if not examples:
-        raise EvaluationError(f"--qa {path}: no questions in the file")
-    if sample_seed is None or limit is None or limit >= len(examples):
-        return examples
-    return spread_sample(examples, limit, sample_seed)
-
-
-def mirage_examples(path: str | Path, limit: int, seed: int) -> list[dict]:
-    """`limit` MIRAGE rows of `path` (a seeded sample dealt round-robin over its sets; all of them when
-    `limit` reaches the file's size) as evaluation examples: the question with its options listed
-    ("A. ...", one per line), golden answers the right option as "B. text" and its text alone, and
-    dataset `mirage/<set>`.
-
-    Raises:
-        EvaluationError: limit < 1. BadRowError: a malformed row.
-    """
-    from pipelines.data import iter_mirage, spread_sample
-
-    if limit < 1:
-        raise EvaluationError(f"eval.mirage_questions={limit}: must be >= 1 here (0 leaves MIRAGE out)")
-    rows = list(iter_mirage(path))
-    out = []
-    for r in spread_sample(rows, limit, seed):
-        options = "\n".join(f"{k}. {v}" for k, v in r["options"].items())
-        right = r["options"][r["answer"]]
-        out.append({"id": r["id"], "question": f"{r['question']}\nOptions:\n{options}",
-                    "golden_answers": [f"{r['answer']}. {right}", right], "dataset": MIRAGE + str(r.get("dataset"))})
-    return out
-
 
 @dataclass(frozen=True)
 class _Plan:

@@ -272,16 +272,9 @@ class S3(Recipe):
         if "rag_gen_acc" in episode.meta and self.config.reward_metric == "gen_acc":
             return float(episode.meta["rag_gen_acc"])
         key = episode.group_id or episode.qid or episode.question
-        if key not in self.rag_cache:
-            if self.config.reward_metric == "gen_acc":
-                self.rag_cache[key] = naive_rag_gen_acc(
-                    episode.question, episode.initial_docs, episode.golden_answers, scorer,
-                    self.config.use_judge, self.config.doc_template,
-                )
-            else:
-                context = self.format_docs(episode.initial_docs)
-                answer = scorer.generate_answer(episode.question, context, ANSWER_PROMPT)
-                self.rag_cache[key] = self.accuracy(answer, episode.golden_answers, scorer)
+        if key not in self.rag_cache:  # D_RAG = the initial top-k, read as the s3 context is (same template)
+            answer = scorer.generate_answer(episode.question, self.format_docs(episode.initial_docs), ANSWER_PROMPT)
+            self.rag_cache[key] = self.accuracy(answer, episode.golden_answers, scorer)
         return self.rag_cache[key]
 
     def reward(self, episode: Episode, scorer: Scorer | None = None) -> RewardBreakdown:
