@@ -157,6 +157,12 @@ class Prompt:
         return text + self.response_prefix
 
 
+def strip_answer_cue(line: str) -> str:
+    """`line` without a leading "Answer:" (any case) that a base model repeats after the prompt's cue, stripped."""
+    line = line.strip()
+    return line[len("answer:"):].strip() if line.lower().startswith("answer:") else line
+
+
 def prefilled(prompt: Prompt, prefill: str) -> Prompt:
     """`prompt` with `prefill` appended to its forced response prefix (and to the completion text); the
     policy's response then continues it (e.g. a prefilled `<search>`). "" returns `prompt` unchanged."""

@@ -28,6 +28,7 @@ from recipes.base import (
     RewardBreakdown,
     Scorer,
     require_scorer,
+    strip_answer_cue,
 )
 from recipes.metrics import cover_exact_match, exact_match, f1_score, gen_acc
 
@@ -53,9 +54,7 @@ class _SingleTurn(Recipe):
 
     def parse(self, turn_text: str) -> Action:
         """`Answer(first non-empty line)`, or `Invalid` for an empty generation."""
-        line = next((ln.strip() for ln in turn_text.splitlines() if ln.strip()), "")
-        if line.lower().startswith("answer:"):
-            line = line[len("answer:") :].strip()
+        line = strip_answer_cue(next((ln.strip() for ln in turn_text.splitlines() if ln.strip()), ""))
         return Answer(line) if line else Invalid("empty answer")
 
     def observation_text(self, docs: Sequence[Doc]) -> str:

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from actors.engines.base import Engine, Sampling
-from recipes.base import ANSWER_PROMPT
+from recipes.base import ANSWER_PROMPT, strip_answer_cue
 from recipes.metrics import acc_l_prompt, judge_prompt, parse_judge, parse_true_false
 
 TAIL_TOKENS = 160  # kept from the end of an over-long prompt: the question and the answer cue
@@ -24,7 +24,7 @@ TAIL_TOKENS = 160  # kept from the end of an over-long prompt: the question and 
 # 64 dev answers of Gemma 3 270M), and a reply that stopped there was empty. A completion that stops on
 # a blank line goes on from it (the same greedy tokens, up to LEADING_BLANK_LINES times), so the reply is
 # the first non-empty line, as the naive-RAG baseline reads its own (recipes.baselines). Stopping at
-# "\n\n" instead ran on for 64 tokens after most answers (91 ms a token on hf here).
+# "\n\n" instead may run on past the answer line up to max_answer_tokens (91 ms a token on hf here).
 LEADING_BLANK_LINES = 2
 
 
@@ -78,8 +78,8 @@ class FrozenLLM:
             gen = (await self.engine.generate(ids, replace(self.sampling, max_tokens=budget)))[0]
             text = self.engine.tokenizer.decode(gen.token_ids, skip_special_tokens=True).strip()
             budget -= len(gen.token_ids)
-            if not self.chat and text[:7].lower() == "answer:":  # the cue repeated, as naive RAG reads it
-                text = text[7:].strip()
+            if not self.chat:  # the cue repeated, as naive RAG's recipe reads it
+                text = strip_answer_cue(text)
             if text or rounds == 0 or budget <= 0 or gen.stop_reason != "\n":
                 return text
             ids, rounds = ids + list(gen.token_ids), rounds - 1
