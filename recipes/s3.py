@@ -80,7 +80,9 @@ class S3Config(RecipeConfig):
     """s3 constants (§3, §4.1, Appendix A.1)."""
 
     topk: int = Field(3, ge=1, description="Documents per search, q0 included (s3: k = 3).")
-    max_turns: int = Field(4, ge=0, description="Search turns after begin-with-search (App. A.1: 4).")
+    max_turns: int = Field(4, ge=0, description="Search turns after begin-with-search (App. A.1: 4). 0: the "
+                           "searcher's one turn selects among the initial top-k and ends the episode (select-only): "
+                           "generation also stops at `</important_info>`. Not in the paper.")
     max_selected: int = Field(3, ge=1, description="Documents an <important_info> may select (Fig. 11: up to 3).")
     invalid_feedback: str | None = Field(FEEDBACK, description="Appended after an invalid action.")
     reward_variant: Literal["paper", "code"] = Field(
@@ -185,7 +187,18 @@ class S3(Recipe):
 
     name = "s3"
     config_cls = S3Config
-    stop_strings = ("</query>", "</search_complete>")
+    paper_stop_strings = ("</query>", "</search_complete>")
+
+    @property
+    def select_only(self) -> bool:
+        """`max_turns` 0: the searcher selects among the initial top-k once and the episode ends."""
+        return self.config.max_turns == 0
+
+    @property
+    def stop_strings(self) -> tuple[str, ...]:  # type: ignore[override]
+        """`</query>` and `</search_complete>` (s3); select-only adds `</important_info>`: what the model
+        writes after its selection would be trained on and, were it another `<important_info>`, replace it."""
+        return self.paper_stop_strings + (("</important_info>",) if self.select_only else ())
     initial_search = True
     generator_answers = True  # the searcher selects documents; the frozen generator answers (s3 §3)
 
@@ -214,7 +227,12 @@ class S3(Recipe):
     def parse(self, turn_text: str) -> Action:
         """The turn's first `</query>` → `Search`, or first `<search_complete>True` → `Complete`,
         whichever comes first, carrying the last `<important_info>` before it; otherwise a
-        `<search_complete>False` or a lone `<important_info>` → `Select`; otherwise `Invalid`."""
+        `<search_complete>False` or a lone `<important_info>` → `Select`; otherwise `Invalid`.
+        Select-only (`max_turns` 0): the first `<important_info>` → `Complete` with its ids."""
+        if self.select_only:
+            first = find_blocks(turn_text, "<important_info>", "</important_info>")[:1]
+            if first:
+                return Complete(_selection(first[0]))
         infos = find_blocks(turn_text, "<important_info>", "</important_info>")
         completes = find_blocks(turn_text, "<search_complete>", "</search_complete>")
         events = [(b.end, 0, "query", b) for b in find_blocks(turn_text, "<query>", "</query>")[:1]]

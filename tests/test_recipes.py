@@ -185,6 +185,21 @@ def test_s3_turn_limit_and_invalid_feedback():
         s3.step(ep, "<query>c</query>")
 
 
+def test_s3_select_only_one_turn_picks_the_first_selection():
+    """max_turns 0: generation stops at </important_info>, the prefilled selection completes the episode
+    with the ids written first; a turn without a selection leaves all initial documents (A.5)."""
+    s3 = get_recipe("s3", max_turns=0, prefill="<important_info>[")
+    assert "</important_info>" in s3.stop_strings and "</important_info>" not in get_recipe("s3").stop_strings
+    ep = s3.start(EARTHSHIP_Q, ["2007"], INITIAL, chat=False)
+    turn = s3.step(ep, "3, 1]</important_info>\n<important_info>[2]</important_info>")
+    assert turn.action == Complete((3, 1)) and ep.done and ep.stop_reason == "complete"
+    assert [d.doc_id for d in ep.final.selected_docs] == ["e1", "e3"]
+    ep2 = s3.start(EARTHSHIP_Q, ["2007"], INITIAL, chat=False)
+    s3.step(ep2, "1, 2, 3, 4, 5, 6, 7, 8, 9")  # ran out of tokens before closing the tag
+    assert ep2.done and ep2.stop_reason == "max_turns" and len(ep2.turns) == 1
+    assert [d.doc_id for d in ep2.final.selected_docs] == ["e1", "e2", "e3"]
+
+
 def test_s3_training_filter():
     """s3 §4.1: drop yes/no/true/false questions and those naive RAG already answers."""
 

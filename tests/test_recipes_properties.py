@@ -96,7 +96,7 @@ def partial_tags(tags) -> list[str]:
 
 
 def fragments(name: str) -> st.SearchStrategy[str]:
-    own = [t for pair in TAG_PAIRS[name] for t in pair] + list(RECIPES[name].stop_strings)
+    own = [t for pair in TAG_PAIRS[name] for t in pair] + list(RECIPES[name]().stop_strings)
     return st.one_of(
         st.sampled_from(own),
         st.sampled_from(own),
