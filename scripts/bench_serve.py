@@ -43,10 +43,12 @@ async def endpoint_run(url: str, questions: list[str], clients: int, timeout_s: 
     """
     import httpx
 
+    from serving.auth import auth_headers
+
     sem = asyncio.Semaphore(clients)
     results: list[tuple[float, httpx.Response]] = []
 
-    async with httpx.AsyncClient(base_url=url, timeout=timeout_s) as client:
+    async with httpx.AsyncClient(base_url=url, timeout=timeout_s, headers=auth_headers()) as client:
         async def one(q: str) -> None:
             async with sem:
                 t = time.perf_counter()
@@ -85,6 +87,8 @@ def baseline_run(cfg, model_path: str, url: str, questions: list[str]) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from serving.auth import auth_headers
+
     from actors.engines.models import resolve_model
     from recipes import get_recipe
 
@@ -97,7 +101,7 @@ def baseline_run(cfg, model_path: str, url: str, questions: list[str]) -> dict:
     model = AutoModelForCausalLM.from_pretrained(path, torch_dtype="auto").eval()
     chat = bool(tok.chat_template) if cfg.rollout.chat is None else cfg.rollout.chat
     budget, k = cfg.rollout.max_new_tokens_per_turn, cfg.retrieval.topk
-    client = httpx.Client(base_url=url, timeout=120.0)
+    client = httpx.Client(base_url=url, timeout=120.0, headers=auth_headers())  # a deployed server has a token
 
     def retrieve(query: str) -> list:
         r = client.post("/retrieve", json={"queries": [query], "topk": k, "return_scores": True})

@@ -21,6 +21,13 @@ def token_from_env() -> str | None:
     return os.environ.get(TOKEN_ENV) or None
 
 
+def auth_headers(token: str | None = None) -> dict[str, str]:
+    """Headers a client of this server sends: `Authorization: Bearer <token>` with `token` or, when
+    None, `SEARCHRL_API_TOKEN` from the environment; {} when neither is set (an open server)."""
+    token = token or token_from_env()
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
 def check_bearer(authorization: str | None, token: str | None) -> None:
     """Accept the `Authorization` header value when `token` is None or it is `Bearer <token>`.
 

@@ -132,6 +132,19 @@ def test_bearer_token(gemma_tokenizer):
     assert r.status_code == 200 and r.json()["answer"] == "Mira Tolven"
 
 
+def test_clients_send_the_environment_token(gemma_tokenizer, monkeypatch):
+    """The project's clients (bench_serve, the soak) authenticate with SEARCHRL_API_TOKEN."""
+    from serving.auth import TOKEN_ENV, auth_headers
+
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    assert auth_headers() == {}
+    monkeypatch.setenv(TOKEN_ENV, "s3cret")
+    app, _ = app_for(gemma_tokenizer, settings=ApiSettings(**{**SETTINGS.__dict__, "token": "s3cret"}))
+    r = call(app, "POST", "/retrieve", json={"queries": ["x"]}, headers=auth_headers())
+    assert r.status_code == 200, r.text
+    assert call(app, "POST", "/retrieve", json={"queries": ["x"]}, headers=auth_headers("other")).status_code == 401
+
+
 def test_deadline_is_504_and_cancels_the_episode(gemma_tokenizer):
     app, engine = app_for(gemma_tokenizer, delay_s=0.4)
     t = time.monotonic()
