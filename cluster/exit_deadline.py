@@ -94,5 +94,8 @@ def _expire(seconds: float, status: int, why: str) -> None:
               f"({ENV} sets the deadline). Where each thread was:", file=sys.stderr, flush=True)
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
         kill_children()
+        from cluster.leftovers import kill_leftovers
+
+        kill_leftovers(grace_s=0)  # engines a killed Ray worker left re-parented to init
     finally:
         os._exit(status)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import signal
@@ -20,6 +21,9 @@ def init_ray(ray_cfg, **kwargs) -> bool:
     Ray's own driver messages and the actors' output reach the console only with `--verbose`
     (`cluster.logs`); otherwise they are in Ray's session log folder, logged here. A SIGTERM handler
     the program installed stays installed (ray.init would replace it with `sys.exit`).
+    A local cluster is marked (`cluster.leftovers`): when the program exits, after Ray's shutdown,
+    its processes that outlived it (a vLLM engine core whose actor Ray stopped) are killed.
+
     Returns:
         True when this call started a local cluster (the caller owns it and shuts it down).
     """
@@ -40,7 +44,11 @@ def init_ray(ray_cfg, **kwargs) -> bool:
         opts |= {"include_dashboard": False}
         if ray_cfg.num_cpus:
             opts["num_cpus"] = ray_cfg.num_cpus
+        from cluster.leftovers import mark
+
+        mark()  # before ray.init: every process of the cluster inherits it
         context = ray.init(**opts)
+        atexit.register(shutdown_local_ray)
     else:
         context = ray.init(address=ray_cfg.address or os.environ["RAY_ADDRESS"], **opts)
     if callable(own):
@@ -48,3 +56,18 @@ def init_ray(ray_cfg, **kwargs) -> bool:
     log.info("Ray %s at %s; actor logs in %s", "started" if local else "joined",
              context.address_info.get("gcs_address"), context.address_info.get("session_dir"))
     return local
+
+
+def shutdown_local_ray(grace_s: float = 5.0) -> list[int]:
+    """`ray.shutdown()`, then kill the marked processes of the local cluster this program started that
+    outlived it (`cluster.leftovers`; nothing when it joined a cluster). Returns the pids killed."""
+    import ray
+
+    from cluster.leftovers import MARKER, kill_leftovers
+
+    ray.shutdown()
+    killed = kill_leftovers(grace_s)
+    os.environ.pop(MARKER, None)  # what this program starts from now on belongs to no cluster
+    if killed:
+        log.warning("killed %d process(es) the local Ray cluster left behind: %s", len(killed), killed)
+    return killed

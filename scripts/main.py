@@ -45,9 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-limit", type=int, default=128,
                         help="test questions to evaluate on (count; a seeded sample spread over the datasets)")
     args, cfg = parse_config(parser, argv, default_config=DEFAULT_CONFIG, resume=True)
-    import ray
-
-    from cluster.ray_init import init_ray
+    from cluster.ray_init import init_ray, shutdown_local_ray
     from cluster.roles import ResourceFitError
     from pipelines.build_index import build_index
     from pipelines.checkpoints import last_checkpoint
@@ -96,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         if started:
-            ray.shutdown()
+            shutdown_local_ray()
     wandb_dirs = sorted((run_dir / "wandb").glob("offline-run-*"))
     rows = read_metrics(run_dir / "metrics.jsonl")
     trend, curve = format_trend(learning_trend(rows)), dev_curve(rows)

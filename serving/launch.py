@@ -44,11 +44,13 @@ def start_app(cfg: Any, served: Served, ready_timeout_s: float = 60.0) -> str:
 
 
 def stop_app(own_cluster: bool) -> None:
-    """Remove the app; on a cluster this process started, stop Serve and Ray too."""
-    import ray
+    """Remove the app; on a cluster this process started, stop Serve and Ray too, and kill the
+    replicas' engine processes that outlived them (`cluster.ray_init.shutdown_local_ray`)."""
     from ray import serve
+
+    from cluster.ray_init import shutdown_local_ray
 
     with contextlib.suppress(Exception):  # nothing to clean up if Serve never started
         serve.shutdown() if own_cluster else serve.delete(APP_NAME)
     if own_cluster:
-        ray.shutdown()
+        shutdown_local_ray()
