@@ -16,6 +16,8 @@ GAE and returns-to-go carry across an observation instead of stopping there.
   names, and the :func:`compute_advantages` dispatcher.
 * :mod:`algorithms.losses`: PPO clipped policy loss (clip-higher, dual clip), clipped value loss,
   KL and entropy terms, and the three loss aggregations (token mean, sequence mean, Dr.GRPO).
+* :mod:`algorithms.off_policy`: behaviour weights pi_prox / mu of the off-policy corrections
+  (truncated importance sampling, AReaL's decoupled PPO) for the policy loss's ``token_weights``.
 * :mod:`algorithms.registry`: name -> function registries ``ADVANTAGE_ESTIMATORS``, ``LOSS_AGGS``,
   ``KL_ESTIMATORS`` with their ``register_*`` decorators and ``get_*`` look-ups; how to add one.
 * :mod:`algorithms.config`: :class:`AlgorithmConfig` (pydantic, strict).
@@ -38,6 +40,7 @@ from .config import AlgorithmConfig
 from .estimators import compute_advantages
 from .kl import entropy_from_logits, kl_estimate, logprobs_from_logits
 from .losses import aggregate, entropy_loss, kl_loss, policy_loss, value_loss
+from .off_policy import behaviour_weights
 from .masked import masked_mean, masked_sum, masked_var, masked_whiten
 from .registry import (
     ADVANTAGE_ESTIMATORS,
@@ -52,6 +55,7 @@ from .registry import (
 )
 
 __all__ = [
+    "behaviour_weights",
     "ADVANTAGE_ESTIMATORS",
     "KL_ESTIMATORS",
     "LOSS_AGGS",

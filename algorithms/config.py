@@ -81,6 +81,14 @@ class AlgorithmConfig(StrictModel):
         "(e.g. the max response length).",
     )
     grpo_eps: float = Field(1e-6, description="Added to the group std in GRPO advantages, >= 0.")
+    off_policy_correction: Literal["none", "tis", "decoupled"] = Field(
+        "none",
+        description="Weight of each token's loss by pi_prox / mu, the learner's log-prob before the update over the "
+        "rollout engine's (algorithms.off_policy): 'tis' = truncated at is_cap (Yao et al. 2025; verl, SkyRL); "
+        "'decoupled' = AReaL's decoupled PPO, tokens over is_cap dropped; 'none' = on-policy (weights 1).",
+    )
+    is_cap: float = Field(
+        2.0, gt=0, description="The behaviour weight's cap: truncation for 'tis', drop threshold for 'decoupled'.")
     whiten_advantages: bool | None = Field(
         None,
         description="Whiten advantages over all policy tokens of the batch; None = the estimator's "

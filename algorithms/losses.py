@@ -155,6 +155,7 @@ def policy_loss(
     agg: LossAgg = "token_mean",
     norm_len: float | None = None,
     divisor: float | Tensor | None = None,
+    token_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """PPO clipped surrogate loss (to minimise), with optional clip-higher and dual clip.
 
@@ -173,6 +174,9 @@ def policy_loss(
         clip_eps_high: upper clip epsilon > 0 (DAPO "clip-higher"); None = ``clip_eps``.
         dual_clip: dual-clip constant > 1, or None.
         agg, norm_len, divisor: see :func:`aggregate`.
+        token_weights: ``[B, T]`` float constants multiplying each token's loss before aggregation:
+            the behaviour weights of an off-policy correction
+            (:func:`algorithms.off_policy.behaviour_weights`; TIS, decoupled PPO); None = 1.
 
     Returns:
         ``(loss, metrics)``: 0-d loss; python-float metrics over mask-1 tokens:
@@ -182,6 +186,8 @@ def policy_loss(
     """
     func = "policy_loss"
     _check_token_inputs(func, loss_mask, logprobs=logprobs, old_logprobs=old_logprobs, advantages=advantages)
+    if token_weights is not None:
+        _check_token_inputs(func, loss_mask, token_weights=token_weights)
     if not 0.0 < clip_eps < 1.0:
         raise ValueError(f"{func}: `clip_eps` must be in (0, 1), got {clip_eps}")
     eps_high = clip_eps if clip_eps_high is None else clip_eps_high
@@ -203,6 +209,8 @@ def policy_loss(
         bound = -dual_clip * adv
         dual_active = (adv < 0) & (loss_tokens > bound)
         loss_tokens = torch.where(dual_active, bound, loss_tokens)
+    if token_weights is not None:
+        loss_tokens = loss_tokens * zero_masked(upcast(token_weights.detach()), mask)
     loss = aggregate(loss_tokens, mask, agg, norm_len, divisor)
 
     with torch.no_grad():

@@ -248,6 +248,10 @@ class TrainConfig(StrictModel):
         "beside the index. 0 = off (train on all questions).",
     )
     select_samples: int = Field(4, ge=2, description="Episodes per candidate question in the selection (count).")
+    async_mode: Literal["off", "one_step"] = Field(
+        "off", description="off: each step's rollout waits for the previous update and weight sync; one_step: the "
+        "next step's rollout runs during this step's update, one policy version behind the learner "
+        "(pipelines/rollout_ahead.py; pair it with algorithm.off_policy_correction).")
     shuffle: bool = Field(True, description="Shuffle training questions each epoch (seeded).")
     eval_every: int = Field(0, ge=0, description="Dev-split evaluation every N steps; 0 = only at the end.")
     eval_questions: int = Field(32, ge=0, description="Dev questions per evaluation; 0 = no evaluation.")

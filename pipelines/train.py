@@ -37,43 +37,15 @@ from pipelines.checkpoints import (
 )
 from pipelines.graceful_stop import GracefulStop, StopRequested, TrainingStopped, stop_request
 from pipelines.run_dir import cfg_to_yaml, new_run_dir, resume_checkpoint  # noqa: F401 - public here too
+from pipelines.rollout_ahead import RolloutAhead, staleness_metrics
 from pipelines.run_loop import run_loop
+from pipelines.step_schedule import batch_indices, stage_at, total_steps  # noqa: F401 - public here too
 
 log = logging.getLogger(__name__)
 
 
 class TrainConfigError(ValueError):
     """A config that cannot train; raised before any actor starts."""
-
-
-def total_steps(cfg: Config) -> int:
-    """Steps of the run: the stages' sum when a staged schedule is given, else `train.total_steps`."""
-    return sum(s.steps for s in cfg.train.stages) if cfg.train.stages else cfg.train.total_steps
-
-
-def stage_at(cfg: Config, step: int) -> tuple[int, dict[str, Any], str]:
-    """(stage index, recipe config, training QA file name) in force at `step` (0-based); the recipe
-    config is `Config.recipe_config` of the stage's options (top-k from `retrieval.topk`)."""
-    end = 0
-    for i, stage in enumerate(cfg.train.stages):
-        end += stage.steps
-        if step < end:
-            return i, cfg.recipe_config(stage.recipe_options), stage.train or cfg.data.train
-    return 0, cfg.recipe_config(), cfg.data.train
-
-
-def batch_indices(step: int, per_step: int, num_questions: int, seed: int, shuffle: bool) -> list[int]:
-    """Question indices of `step`: positions step*per_step … in an endless sequence of epochs, each a
-    permutation seeded by (seed, epoch), so the order depends only on the step (resumable)."""
-    out = []
-    for i in range(step * per_step, (step + 1) * per_step):
-        epoch, pos = divmod(i, num_questions)
-        if shuffle:
-            perm = torch.randperm(num_questions, generator=torch.Generator().manual_seed(seed * 7919 + epoch))
-            out.append(int(perm[pos]))
-        else:
-            out.append(pos)
-    return out
 
 
 def validate(cfg: Config, need_index: bool = True) -> Config:
@@ -139,6 +111,7 @@ class Trainer:
         self.faults: Counter = Counter()  # failures and recoveries since the last step's metrics
         self.learner_restarts = self.pool_retries = 0
         self.snapshot = None  # pipelines.learner_recovery.LearnerSnapshot with train.learner_recovery: snapshot
+        self.ahead = RolloutAhead() if cfg.train.async_mode == "one_step" else None
         if cfg.train.learner_recovery == "snapshot":
             from pipelines.learner_recovery import LearnerSnapshot
 
@@ -286,16 +259,12 @@ class Trainer:
         from algorithms import compute_advantages
         from pipelines.train_metrics import learner_metrics, rollout_metrics
 
-        cfg, timings = self.cfg, {}
-        stage, options, train_file = stage_at(cfg, step)
-        pool = self.training_questions(train_file, options)
-        idx = batch_indices(step, cfg.train.questions_per_step, len(pool), cfg.seed, cfg.train.shuffle)
-        examples = [pool[i] for i in idx]
-
+        cfg, timings, t_step = self.cfg, {}, time.perf_counter()
+        stage = stage_at(cfg, step)[0]
         t = time.perf_counter()
         self.on_phase("rollout+score")
-        trajs = self.rollout(examples, options, cfg.rollout.samples_per_prompt, cfg.rollout.temperature,
-                             seed=cfg.seed * 1_000_003 + step)
+        trajs = self.ahead.take(step) if self.ahead is not None else None  # one_step: started during the last update
+        trajs = trajs if trajs is not None else self.step_rollout(step)
         timings["rollout_s"] = time.perf_counter() - t
 
         t = time.perf_counter()
@@ -322,14 +291,21 @@ class Trainer:
 
         t = time.perf_counter()
         self.on_phase("update")
+        if self.ahead is not None and step + 1 < total_steps(cfg):  # on the weights this step sampled with
+            self.ahead.start(step + 1, lambda: self.step_rollout(step + 1))
         critic_m = self.critic.update(batch, cfg.algorithm) if self.critic is not None else None
         policy_m = self.policy.update(batch, cfg.algorithm)
         timings["update_s"] = time.perf_counter() - t
+        if self.ahead is not None:  # the workers take new weights between rollouts
+            self.on_phase("waiting for the next rollout")
+            timings["learner_idle_s"] = self.ahead.wait()
         self.on_phase("weight sync")
         sync = self.policy.sync_weights(self.workers, version=step + 1)
         self.weight_version = step + 1
 
         metrics = {"step": float(step + 1), "stage": float(stage + 1)}
+        if self.ahead is not None:
+            metrics.update(staleness_metrics(trajs, step), **{"async/learner_idle_s": timings.pop("learner_idle_s")})
         metrics.update(rollout_metrics(trajs))
         metrics.update(learner_metrics(policy_m, critic_m))
         metrics.update(self.take_faults())
@@ -340,9 +316,21 @@ class Trainer:
         metrics["actor/advantage_mean"] = float((advantages * batch.loss_mask).sum() / batch.loss_mask.sum().clamp(min=1))
         metrics.update({f"time/{k}": v for k, v in {**timings, **{k: v for k, v in sync.items() if k.endswith("_s")}}.items()})
         metrics["time/step_s"] = sum(timings.values()) + sync["sync_s"]
+        if self.ahead is not None:  # the phases overlap: the step's wall time
+            metrics["time/step_s"] = time.perf_counter() - t_step
         if cfg.train.save_rollouts:
             save_rollouts(self.run_dir / "rollouts" / f"step-{step + 1}.jsonl.gz", trajs)
         return metrics
+
+    def step_rollout(self, step: int) -> list[dict]:
+        """The episodes of 0-based `step`: its questions (`batch_indices`) under its stage's options,
+        `samples_per_prompt` each at the training temperature, seeded by the step."""
+        cfg = self.cfg
+        _, options, train_file = stage_at(cfg, step)
+        pool = self.training_questions(train_file, options)
+        idx = batch_indices(step, cfg.train.questions_per_step, len(pool), cfg.seed, cfg.train.shuffle)
+        return self.rollout([pool[i] for i in idx], options, cfg.rollout.samples_per_prompt, cfg.rollout.temperature,
+                            seed=cfg.seed * 1_000_003 + step)
 
     def evaluate_dev(self, step: int) -> dict[str, float]:
         """Greedy episodes (one per question) on `eval_questions` dev questions (a fixed sample spread over
@@ -414,6 +402,8 @@ class Trainer:
         what killed engines and ranks left in its /dev/shm (`cluster.node_cleanup`)."""
         from actors.learner.shm import sweep_stale_shm
 
+        if self.ahead is not None:
+            self.ahead.close()
         for group in (self.policy, self.critic):
             if group is not None:
                 try:

@@ -52,6 +52,11 @@ def test_train_batch_layout_and_trimming():
         make_train_batch([{**trajs[0], "logprobs": [0.0]}], 0)
     with pytest.raises(ValueError, match=r"\[B, R\]"):
         b.with_fields(advantages=torch.zeros(3, 2))
+    # The engine's log-probs stay as the behaviour policy's when the learner's replace `old_logprobs`.
+    assert torch.equal(b.behaviour_logprobs, -b.loss_mask)
+    kept = b.with_fields(old_logprobs=None).select([0])
+    assert kept.old_logprobs is None and kept.behaviour_logprobs.tolist() == [[-1.0 if m else 0.0
+                                                                              for m in trajs[0]["loss_mask"]]]
 
 
 def test_chunked_token_stats_equal_full_logits(tiny_gemma_dir):
@@ -202,6 +207,31 @@ def test_one_step_update_reads_old_logprobs_from_its_own_forward(ray_local, tiny
             two_steps.update(batch.with_fields(advantages=adv, old_logprobs=None), AlgorithmConfig(kl_coef=0.0))
     finally:
         two_steps.shutdown()
+
+
+def test_off_policy_correction_weights_the_update(ray_local, tiny_gemma_dir):
+    """The update weighs each token by pi_prox / mu (`algorithm.off_policy_correction`): engine log-probs
+    far below the learner's put every token over the cap, so decoupled PPO drops them all (the policy
+    does not move) and TIS caps them (it moves, as much as with weights 2)."""
+    from actors.learner.group import LearnerGroup
+
+    batch = make_train_batch(synthetic_trajectories(4), pad_token_id=0)
+    behaviour = batch.behaviour_logprobs * 0 - 40.0 * batch.loss_mask  # mu(a) = e^-40: w far over any cap
+    moved = {}
+    for correction in ("none", "decoupled", "tis"):
+        group = LearnerGroup("policy", learner_config(tiny_gemma_dir, zero_stage=0))
+        try:
+            b, _ = with_grpo(group, batch, [1.0, 0.0, 0.0, 1.0])
+            m = group.update(b.with_fields(behaviour_logprobs=behaviour), AlgorithmConfig(
+                kl_coef=0.0, off_policy_correction=correction, is_cap=2.0))
+            moved[correction] = float(((group.compute_logprobs(batch)[0] - b.old_logprobs) * batch.loss_mask).abs().sum())
+            if correction != "none":
+                assert m["is_truncated_frac"] == 1.0 and m["is_weight_max"] > 1e10, m
+            else:
+                assert "is_weight_mean" not in m
+        finally:
+            group.shutdown()
+    assert moved["decoupled"] == 0.0 and moved["none"] > 0 and moved["tis"] > 0, moved
 
 
 def test_zero2_two_ranks_equal_one_rank(ray_local, tiny_gemma_dir):

@@ -14,7 +14,8 @@ from typing import Any
 
 import torch
 
-RESPONSE_FIELDS = ("loss_mask", "old_logprobs", "ref_logprobs", "advantages", "returns", "old_values")
+RESPONSE_FIELDS = ("loss_mask", "old_logprobs", "ref_logprobs", "advantages", "returns", "old_values",
+                   "behaviour_logprobs")
 
 
 @dataclass
@@ -31,6 +32,8 @@ class TrainBatch:
             update reads them from its own forward pass (`actors.learner.policy.single_step`).
         ref_logprobs, advantages, returns, old_values: `[B, R]` float32 or None until computed.
         group_ids: B group ids (GRPO groups; unique across datasets).
+        behaviour_logprobs: `[B, R]` float32, the engine's log-probs as it sampled (0 where masked);
+            kept when `old_logprobs` are replaced by the learner's, for an off-policy correction.
     """
 
     input_ids: torch.Tensor
@@ -43,6 +46,7 @@ class TrainBatch:
     advantages: torch.Tensor | None = None
     returns: torch.Tensor | None = None
     old_values: torch.Tensor | None = None
+    behaviour_logprobs: torch.Tensor | None = None
 
     @property
     def size(self) -> int:
@@ -141,4 +145,5 @@ def make_train_batch(trajectories: Sequence[Mapping[str, Any] | Any], pad_token_
             input_ids[i, P : P + n] = torch.tensor(r["response_ids"], dtype=torch.long)
             loss_mask[i, :n] = torch.tensor(r["loss_mask"], dtype=torch.float32)
             old_logprobs[i, :n] = torch.tensor(r["logprobs"], dtype=torch.float32) * loss_mask[i, :n]
-    return TrainBatch(input_ids, attention, P, loss_mask, old_logprobs, [str(r["group_id"]) for r in rows])
+    return TrainBatch(input_ids, attention, P, loss_mask, old_logprobs, [str(r["group_id"]) for r in rows],
+                      behaviour_logprobs=old_logprobs.clone())

@@ -160,6 +160,7 @@ class LearnerGroup:
         from cluster.malloc_trim import malloc_trim
 
         malloc_trim()  # the driver's copy of the weights is freed: hand its pages back (cluster/malloc_trim.py)
+        self._all("trim_memory")  # and the ranks' copies, with the step's batch
         return {"sync_gather_s": t1 - t0, "sync_load_s": t2 - t1, "sync_s": t2 - t0, "sync_bytes": float(size)}
 
     def save_checkpoint(self, directory: str, hf: bool = True) -> str:

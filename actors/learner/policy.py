@@ -13,7 +13,7 @@ import torch
 from actors.learner.batch import TrainBatch
 from actors.learner.rank import DeepSpeedRank, mean_metrics, torch_dtype
 from actors.learner.token_stats import PolicyTokenStats
-from algorithms import AlgorithmConfig, entropy_loss, kl_estimate, kl_loss, masked_mean, policy_loss
+from algorithms import AlgorithmConfig, behaviour_weights, entropy_loss, kl_estimate, kl_loss, masked_mean, policy_loss
 from configs.schema import LearnerConfig
 
 
@@ -131,10 +131,11 @@ class PolicyLearner(DeepSpeedRank):
                     mask = mb.loss_mask
                     # One optimizer step: the weights are still the rollout's, so old = current (ratio 1).
                     old = mb.old_logprobs if mb.old_logprobs is not None else logprobs.detach()
+                    weights, wm = self._behaviour_weights(old, mb, algo)
                     loss, m = policy_loss(logprobs, old, mb.advantages, mask, clip_eps=algo.clip_eps,
                                           clip_eps_high=algo.clip_eps_high, dual_clip=algo.dual_clip,
-                                          agg=algo.loss_agg, norm_len=algo.norm_len)
-                    row = {"policy_loss": float(loss.detach()), **{k: float(v) for k, v in m.items()}}
+                                          agg=algo.loss_agg, norm_len=algo.norm_len, token_weights=weights)
+                    row = {"policy_loss": float(loss.detach()), **{k: float(v) for k, v in {**m, **wm}.items()}}
                     if kl_term:
                         kl = kl_loss(logprobs, mb.ref_logprobs, mask, estimator=algo.kl_estimator, agg=algo.loss_agg,
                                      norm_len=algo.norm_len)
@@ -155,6 +156,15 @@ class PolicyLearner(DeepSpeedRank):
         out = {**mean_metrics(rows_metrics), **mean_metrics(step_metrics)}
         out.update(optimizer_steps=float(len(step_metrics)), tokens=float(tokens), update_s=time.perf_counter() - t0)
         return out
+
+    @staticmethod
+    def _behaviour_weights(proximal: torch.Tensor, mb: TrainBatch, algo: AlgorithmConfig):
+        """(token weights or None, metrics) of `algo.off_policy_correction` (`algorithms.off_policy`):
+        the proximal policy is the update's `old` log-probs, the behaviour policy the engine's."""
+        if algo.off_policy_correction == "none" or mb.behaviour_logprobs is None:
+            return None, {}
+        return behaviour_weights(proximal, mb.behaviour_logprobs, mb.loss_mask, algo.off_policy_correction,
+                                 algo.is_cap)
 
     def named_weights(self, dtype: str = "bf16") -> list[tuple[str, torch.Tensor]] | None:
         """The policy's weights with Hugging Face names, for `RolloutWorker.update_weights`

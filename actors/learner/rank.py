@@ -236,6 +236,13 @@ class DeepSpeedRank:
         return float(num) / max(float(den), 1.0) * self.world_size
 
     # -- checkpoints ----------------------------------------------------------------------------------------
+    def trim_memory(self) -> bool:
+        """Hand the heap pages freed by this step (the batch, the gathered weights) back to the OS
+        (`cluster.malloc_trim`); True when some were released."""
+        from cluster.malloc_trim import malloc_trim
+
+        return malloc_trim()
+
     def _client_state(self) -> dict[str, Any]:
         return {"updates": self.updates, "rng": _rng_state()}
 

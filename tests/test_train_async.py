@@ -1,0 +1,65 @@
+"""One-step off-policy training (`train.async_mode: one_step`): the next rollout runs during the update,
+one version behind, on the same questions as a synchronous run; RolloutAhead's contract."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from pipelines.rollout_ahead import RolloutAhead, staleness_metrics
+from tests.test_train import _rollouts, _rows, _tiny_run
+
+
+def test_rollout_ahead_runs_in_the_background_and_hands_over_its_step():
+    ahead = RolloutAhead()
+    gate = threading.Event()
+    ahead.start(3, lambda: (gate.wait(10), [{"qid": "a"}])[1])
+    time.sleep(0.05)
+    gate.set()  # the caller's thread went on meanwhile
+    assert ahead.wait() >= 0.0
+    assert ahead.take(3) == [{"qid": "a"}]
+    assert ahead.take(3) is None  # handed over once
+
+    ahead.start(4, lambda: [{"qid": "b"}])
+    assert ahead.take(5) is None  # started for another step: the caller rolls out itself
+
+    def fail():
+        raise TimeoutError("rollout workers: 8 episodes")
+
+    ahead.start(6, fail)
+    with pytest.raises(TimeoutError, match="8 episodes"):
+        ahead.take(6)
+    ahead.start(7, fail)
+    assert ahead.take(2) is None  # an error of a rollout nobody takes is not raised
+    ahead.close()
+
+
+def test_staleness_counts_versions_behind_the_learner():
+    trajs = [{"weight_version": 3}, {"weight_version": 2}, {"weight_version": 3}, {"weight_version": 3}]
+    assert staleness_metrics(trajs, 3) == {"async/staleness_max": 1.0, "async/staleness_mean": 0.25}
+    assert staleness_metrics([], 0) == {"async/staleness_max": 0.0, "async/staleness_mean": 0.0}
+
+
+@pytest.mark.slow
+def test_one_step_trains_the_same_questions_one_version_behind(ray_local, small_index, tiny_gemma_dir, tmp_path):
+    from pipelines.train import train
+
+    runs = {}
+    for mode in ("off", "one_step"):
+        cfg = _tiny_run("configs/search_r1_cpu.yaml", small_index, tiny_gemma_dir, tmp_path / mode,
+                        f"train.async_mode={mode}", "algorithm.off_policy_correction=tis", "train.total_steps=3",
+                        "train.eval_questions=0", "train.save_every=0")
+        runs[mode] = train(cfg, progress=False)
+    rows = _rows(runs["one_step"])[-3:]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert [r["async/staleness_max"] for r in rows] == [0.0, 1.0, 1.0]  # step 1 is rolled out before any update
+    assert all(r["async/learner_idle_s"] >= 0 and r["actor/is_weight_mean"] > 0 for r in rows)
+    assert "async/staleness_max" not in _rows(runs["off"])[-1]
+    for step, version in ((2, 0), (3, 1)):  # sampled by the weights before the previous update
+        episodes = _rollouts(runs["one_step"] / "rollouts" / f"step-{step}.jsonl.gz")
+        assert {e["weight_version"] for e in episodes} == {version}
+        same = _rollouts(runs["off"] / "rollouts" / f"step-{step}.jsonl.gz")
+        key = sorted((e["group_id"], e["sample_index"]) for e in episodes)
+        assert key == sorted((e["group_id"], e["sample_index"]) for e in same)  # nothing lost or doubled
