@@ -279,6 +279,11 @@ class TrainConfig(StrictModel):
     )
     wandb: WandbConfig = Field(default_factory=WandbConfig, description="wandb logging.")
 
+    @field_validator("async_mode", mode="before")
+    @classmethod
+    def _yaml_off(cls, v: Any) -> Any:
+        return "off" if v is False else v  # YAML reads a bare `off` as false
+
     @field_validator("recipe")
     @classmethod
     def _known_recipe(cls, v: str) -> str:

@@ -226,7 +226,7 @@ def test_off_policy_correction_weights_the_update(ray_local, tiny_gemma_dir):
                 kl_coef=0.0, off_policy_correction=correction, is_cap=2.0))
             moved[correction] = float(((group.compute_logprobs(batch)[0] - b.old_logprobs) * batch.loss_mask).abs().sum())
             if correction != "none":
-                assert m["is_truncated_frac"] == 1.0 and m["is_weight_max"] > 1e10, m
+                assert m["is_truncated_frac"] == 1.0 and m["is_weight_max"] > 1e8, m  # exp(20): the clamp
             else:
                 assert "is_weight_mean" not in m
         finally:

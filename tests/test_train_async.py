@@ -36,6 +36,14 @@ def test_rollout_ahead_runs_in_the_background_and_hands_over_its_step():
     ahead.close()
 
 
+def test_async_mode_off_survives_yaml():
+    """YAML reads a bare `off` as false; the config still means the synchronous loop."""
+    from configs.loader import load_config
+
+    assert load_config("configs/main_cpu.yaml", ["train.async_mode=off"]).train.async_mode == "off"
+    assert load_config("configs/main_cpu.yaml", ["train.async_mode=one_step"]).train.async_mode == "one_step"
+
+
 def test_staleness_counts_versions_behind_the_learner():
     trajs = [{"weight_version": 3}, {"weight_version": 2}, {"weight_version": 3}, {"weight_version": 3}]
     assert staleness_metrics(trajs, 3) == {"async/staleness_max": 1.0, "async/staleness_mean": 0.25}
