@@ -303,7 +303,7 @@ class Recipe(ABC):
     - `initial_search`: the method starts from top-k documents for the question (s3 "begin with
       search", naive RAG); the rollout fetches them and passes `initial_docs` to `start`.
     - `retrieves`: episodes call the retrieval pool at all (False for direct inference).
-    - `trainable`: RL trains a policy on it (False for the direct / naive-RAG baselines).
+    - `trainable`: RL trains a policy on it (False for the direct-inference baseline).
     - `generator_answers`: episodes end in a selected context, not an answer; the frozen generator
       answers from it at evaluation (s3).
     - `evidence_prompt`: episodes write shareable evidence (`FinalOutput.evidence`) that another

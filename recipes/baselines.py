@@ -45,7 +45,7 @@ class BaselineConfig(RecipeConfig):
 
 class _SingleTurn(Recipe):
     config_cls = BaselineConfig
-    trainable = False  # evaluation baselines: the frozen generator answers, nothing is trained
+    trainable = False  # direct inference is an evaluation baseline: nothing to train
     stop_strings = ("\n\n", "\nQuestion:")
 
     def _prompt(self, text: str, chat: bool) -> Prompt:
@@ -93,6 +93,6 @@ class NaiveRAG(_SingleTurn):
 
     name = "naive_rag"
     initial_search = True
-
+    trainable = True  # RL on a single-turn RAG answerer: scripts.bench_peer's single-turn workload
     def build_prompt(self, question: str, initial_docs: Sequence[Doc], chat: bool) -> Prompt:
         return self._prompt(ANSWER_PROMPT.format(context=self.format_docs(initial_docs), question=question), chat)

@@ -52,7 +52,8 @@ def test_backend_options_follow_the_backend():
 
 
 def test_recipes_declare_what_pipelines_ask():
-    assert {n for n, c in RECIPES.items() if c.trainable} == {"s3", "search_r1", "r1_searcher", "r_search", "eval_rar"}
+    assert {n for n, c in RECIPES.items() if c.trainable} == {"s3", "search_r1", "r1_searcher", "r_search", "eval_rar",
+                                                                   "naive_rag"}
     assert {n for n, c in RECIPES.items() if c.generator_answers} == {"s3"}
     assert {n for n, c in RECIPES.items() if not c.retrieves} == {"direct"}
     assert get_recipe("s3").frozen_roles() == ("generator", "judge")

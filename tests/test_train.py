@@ -41,7 +41,7 @@ def test_stages_schedule_recipe_options():
 
 
 @pytest.mark.parametrize("overrides, match", [
-    (["train.recipe=naive_rag", "train.stages=[]", "train.recipe_options={}"], "evaluation baseline"),
+    (["train.recipe=direct", "train.stages=[]", "train.recipe_options={}"], "evaluation baseline"),
     (["train.questions_per_step=3"], "learner.mini_batch_size"),
     (["rollout.samples_per_prompt=1", "learner.mini_batch_size=2"], "samples_per_prompt >= 2"),
     (["index.dir=/nonexistent/index"], "index.dir"),
