@@ -48,6 +48,7 @@ def init_ray(ray_cfg, **kwargs) -> bool:
 
         mark()  # before ray.init: every process of the cluster inherits it
         context = ray.init(**opts)
+        atexit.unregister(shutdown_local_ray)  # once, however many clusters the program starts
         atexit.register(shutdown_local_ray)
     else:
         context = ray.init(address=ray_cfg.address or os.environ["RAY_ADDRESS"], **opts)

@@ -44,11 +44,8 @@ class RolloutAhead:
         if self._pending is None:
             return 0.0
         t = time.perf_counter()
-        try:
-            self._pending[1].exception()  # waits; an error is re-raised by take()
-        finally:
-            waited = time.perf_counter() - t
-        return waited
+        self._pending[1].exception()  # waits; an error is re-raised by take()
+        return time.perf_counter() - t
 
     def take(self, step: int) -> list[dict] | None:
         """The episodes of the rollout started for `step` (waiting for it), or None.

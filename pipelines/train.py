@@ -305,7 +305,8 @@ class Trainer:
 
         metrics = {"step": float(step + 1), "stage": float(stage + 1)}
         if self.ahead is not None:
-            metrics.update(staleness_metrics(trajs, step), **{"async/learner_idle_s": timings.pop("learner_idle_s")})
+            metrics.update(staleness_metrics(trajs, step))  # the learner held version `step` while it trained
+            metrics["async/learner_idle_s"] = timings.pop("learner_idle_s")
         metrics.update(rollout_metrics(trajs))
         metrics.update(learner_metrics(policy_m, critic_m))
         metrics.update(self.take_faults())
@@ -315,9 +316,8 @@ class Trainer:
             metrics["actor/kl_to_ref_rollout"] = float(masked_mean(kl_estimate(logprobs, ref, "k3"), batch.loss_mask))
         metrics["actor/advantage_mean"] = float((advantages * batch.loss_mask).sum() / batch.loss_mask.sum().clamp(min=1))
         metrics.update({f"time/{k}": v for k, v in {**timings, **{k: v for k, v in sync.items() if k.endswith("_s")}}.items()})
-        metrics["time/step_s"] = sum(timings.values()) + sync["sync_s"]
-        if self.ahead is not None:  # the phases overlap: the step's wall time
-            metrics["time/step_s"] = time.perf_counter() - t_step
+        # one_step: the phases overlap, so the step's wall time
+        metrics["time/step_s"] = time.perf_counter() - t_step if self.ahead is not None else sum(timings.values()) + sync["sync_s"]
         if cfg.train.save_rollouts:
             save_rollouts(self.run_dir / "rollouts" / f"step-{step + 1}.jsonl.gz", trajs)
         return metrics

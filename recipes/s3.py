@@ -229,11 +229,9 @@ class S3(Recipe):
         whichever comes first, carrying the last `<important_info>` before it; otherwise a
         `<search_complete>False` or a lone `<important_info>` → `Select`; otherwise `Invalid`.
         Select-only (`max_turns` 0): the first `<important_info>` → `Complete` with its ids."""
-        if self.select_only:
-            first = find_blocks(turn_text, "<important_info>", "</important_info>")[:1]
-            if first:
-                return Complete(_selection(first[0]))
         infos = find_blocks(turn_text, "<important_info>", "</important_info>")
+        if self.select_only and infos:
+            return Complete(_selection(infos[0]))
         completes = find_blocks(turn_text, "<search_complete>", "</search_complete>")
         events = [(b.end, 0, "query", b) for b in find_blocks(turn_text, "<query>", "</query>")[:1]]
         events += [(b.end, 1, "complete", b) for b in completes if _complete_value(b) is True][:1]

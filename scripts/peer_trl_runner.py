@@ -43,8 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     from trl import GRPOConfig, GRPOTrainer
 
     from recipes import get_recipe
-    from recipes.base import Answer
-    from recipes.metrics import f1_score
+    from recipes.base import Doc
 
     torch.set_num_threads(args.threads)
     rows = [json.loads(line) for line in Path(args.data).read_text().splitlines() if line.strip()]
@@ -55,14 +54,16 @@ def main(argv: list[str] | None = None) -> int:
     recipe = get_recipe("naive_rag", metric="f1")
     timing = {"generate_s": 0.0, "score_s": 0.0, "tokens": 0}
 
+    placeholder = [Doc("-", "", "")]  # the episode needs its initial documents; the reward reads only the answer
+
     def f1_reward(prompts, completions, **_):
-        """The naive-RAG recipe's answer rule and F1 (recipes.baselines), as searchrl scores it."""
+        """The naive-RAG recipe's own episode step and reward (recipes.baselines), as searchrl scores it."""
         t = time.perf_counter()
         out = []
         for prompt, completion in zip(prompts, completions):
-            action = recipe.parse(completion)
-            answer = action.text if isinstance(action, Answer) else ""
-            out.append(f1_score(answer, golds[prompt]) if answer else 0.0)
+            episode = recipe.start(prompt, golds[prompt], placeholder, chat=False)
+            recipe.step(episode, completion)
+            out.append(recipe.reward(episode).total)
         timing["score_s"] += time.perf_counter() - t
         return out
 

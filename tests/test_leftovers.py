@@ -55,30 +55,41 @@ def test_marked_orphans_are_killed_and_nothing_else(monkeypatch):
         child.wait(timeout=10)
 
 
+SHUTDOWN_SCRIPT = """
+import json, os, time, ray
+from cluster.ray_init import init_ray, shutdown_local_ray
+from cluster.leftovers import MARKER
+from configs.schema import RayConfig
+from tests.test_leftovers import _gone, _orphan
+
+@ray.remote(num_cpus=0)
+def start_detached():
+    return _orphan(dict(os.environ))
+
+assert init_ray(RayConfig(num_cpus=1))
+pid = ray.get(start_detached.remote(), timeout=120)
+import psutil
+marked = psutil.Process(pid).environ().get(MARKER) == os.environ[MARKER]
+ray.shutdown()
+time.sleep(2)
+alive_after_ray = not _gone(pid)
+killed = shutdown_local_ray(grace_s=1.0)
+print(json.dumps({"pid": pid, "marked": marked, "alive_after_ray": alive_after_ray, "killed": killed,
+                  "gone": _gone(pid), "marker_left": MARKER in os.environ}))
+"""
+
+
 @pytest.mark.slow
-def test_local_ray_shutdown_kills_what_an_actor_left(monkeypatch):
+def test_local_ray_shutdown_kills_what_an_actor_left():
     """A process an actor started in its own session (as a vLLM engine core can outlive its worker)
-    survives `ray.shutdown`; the shutdown of the program's own local cluster kills it."""
-    import ray
+    survives `ray.shutdown`; the shutdown of the program's own local cluster kills it. In a program of
+    its own: the test session's Ray (the `ray_local` fixture) must not be the one started here."""
+    import json
 
-    from cluster.ray_init import init_ray, shutdown_local_ray
-    from configs.schema import RayConfig
-
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    monkeypatch.delenv(MARKER, raising=False)
-
-    @ray.remote(num_cpus=0)
-    def start_detached() -> int:
-        return _orphan(dict(os.environ))
-
-    assert init_ray(RayConfig(num_cpus=1))
-    try:
-        pid = ray.get(start_detached.remote(), timeout=120)
-        assert psutil.Process(pid).environ().get(MARKER) == os.environ[MARKER]
-        ray.shutdown()
-        time.sleep(2)
-        assert not _gone(pid)  # Ray's own shutdown left it running
-    finally:
-        killed = shutdown_local_ray(grace_s=1.0)
-    assert pid in killed and _gone(pid)
-    assert MARKER not in os.environ
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", MARKER)}
+    done = subprocess.run([sys.executable, "-c", SHUTDOWN_SCRIPT], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["marked"] and out["alive_after_ray"], out  # Ray's own shutdown left it running
+    assert out["pid"] in out["killed"] and out["gone"] and not out["marker_left"], out

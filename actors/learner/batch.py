@@ -146,4 +146,4 @@ def make_train_batch(trajectories: Sequence[Mapping[str, Any] | Any], pad_token_
             loss_mask[i, :n] = torch.tensor(r["loss_mask"], dtype=torch.float32)
             old_logprobs[i, :n] = torch.tensor(r["logprobs"], dtype=torch.float32) * loss_mask[i, :n]
     return TrainBatch(input_ids, attention, P, loss_mask, old_logprobs, [str(r["group_id"]) for r in rows],
-                      behaviour_logprobs=old_logprobs.clone())
+                      behaviour_logprobs=old_logprobs)  # the same tensor: fields are replaced, never written
