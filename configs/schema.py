@@ -161,6 +161,8 @@ class FrozenLLMConfig(StrictModel):
     backend: Literal["vllm", "hf"] = Field("vllm", description="Engine backend.")
     max_model_len: int = Field(4096, gt=1, description="Context length (tokens).")
     max_answer_tokens: int = Field(64, gt=0, description="Answer tokens at most.")
+    cache_size: int = Field(100_000, ge=0, description="Answers each frozen LLM keeps (LRU by model and prompt; "
+                            "entries, 0 = none): the same (question, documents) comes back across samples and epochs.")
     num_cpus: float = Field(1.0, ge=0, description="CPUs reserved per frozen LLM actor.")
     num_gpus: float = Field(0.0, ge=0, description="GPUs per frozen LLM actor.")
     gpu_memory_utilization: float = Field(0.3, gt=0, le=1, description="GPU only: vLLM's memory fraction.")
@@ -248,17 +250,26 @@ class TrainConfig(StrictModel):
         "beside the index. 0 = off (train on all questions).",
     )
     select_samples: int = Field(4, ge=2, description="Episodes per candidate question in the selection (count).")
-    async_mode: Literal["off", "one_step"] = Field(
+    async_mode: Literal["off", "one_step", "fully"] = Field(
         "off", description="off: each step's rollout waits for the previous update and weight sync; one_step: the "
         "next step's rollout runs during this step's update, one policy version behind the learner "
-        "(pipelines/rollout_ahead.py; pair it with algorithm.off_policy_correction).")
+        "(pipelines/rollout_ahead.py); fully: the workers generate continuously, take new weights in flight, and "
+        "each step trains on the first groups to finish within max_staleness (pipelines/rollout_stream.py). Pair "
+        "both with algorithm.off_policy_correction.")
+    max_staleness: int = Field(
+        1, ge=1, description="fully: the most policy versions a trained token may lag the learner (AReaL's "
+        "max_head_offpolicyness); an older group is generated again.")
+    in_flight_groups: int | None = Field(
+        None, ge=1, description="fully: questions generating at once (each samples_per_prompt episodes); None = "
+        "questions_per_step.")
     shuffle: bool = Field(True, description="Shuffle training questions each epoch (seeded).")
     eval_every: int = Field(0, ge=0, description="Dev-split evaluation every N steps; 0 = only at the end.")
     eval_questions: int = Field(32, ge=0, description="Dev questions per evaluation; 0 = no evaluation.")
     save_every: int = Field(10, ge=0, description="Checkpoint every N steps (and at the end); 0 = only at the end.")
     keep_checkpoints: int = Field(
-        1, ge=1, description="Newest checkpoints that keep their DeepSpeed state (optimizer, scheduler) for --resume; "
-        "older saved steps keep only their Hugging Face weights.",
+        1, ge=1, description="Newest checkpoints kept whole (weights, optimizer, scheduler: what --resume needs). Of "
+        "the older ones only the best by dev answer F1 stays, with its Hugging Face weights alone; the rest are deleted, "
+        "so disk stays bounded over a long run.",
     )
     save_rollouts: bool = Field(True, description="Write each step's trajectories to rollouts/step-<n>.jsonl.gz.")
     max_learner_restarts: int = Field(

@@ -1,6 +1,8 @@
 """What `scripts.chaos` checks in a finished run directory: every step's trajectory set against the
 questions an uninterrupted run takes at that step (`pipelines.train.batch_indices`), and the metrics'
-continuity. Pure file reading; no Ray."""
+continuity. In `train.async_mode: fully` a step trains the groups that finished first, so the check
+is over the whole run: each scheduled group (its `group_id` ends in `#<0-based step it was scheduled
+for>`) trained once, with every sample. Pure file reading; no Ray."""
 
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ class RunCheck:
 
     lost / duplicated: (question, sample) pairs missing from / repeated in a step's saved
         trajectories, over all steps (counts);
-    same_order: every step holds exactly the questions of `batch_indices` for that step;
+    same_order: every step holds exactly the questions of `batch_indices` for that step (fully: every
+        step a full batch; which groups is completion order, and `lost`/`duplicated` count over the run);
     missing_steps: steps with no metrics row or no trajectory file;
     faults: the sum of each `faults/*` metric over the steps' final rows.
     """
@@ -55,20 +58,31 @@ def check_run(run_dir: Path, cfg: Config, steps: int) -> RunCheck:
     out = RunCheck(steps=steps)
     rows = {int(r["step"]): r for r in read_metrics(run_dir / "metrics.jsonl")}
     n = cfg.rollout.samples_per_prompt
+    fully = cfg.train.async_mode == "fully"
+    run_want: Counter = Counter()
+    run_got: Counter = Counter()
     for step in range(1, steps + 1):
         path = run_dir / "rollouts" / f"step-{step}.jsonl.gz"
+        want_q = expected_questions(cfg, step)
+        run_want.update((f"{q}#{step - 1}", s) for q in want_q for s in range(n))
         if step not in rows or not path.is_file():
             out.missing_steps.append(step)
             continue
         with gzip.open(path, "rt") as f:
             trajs = [json.loads(line) for line in f]
-        want_q = expected_questions(cfg, step)
-        want = Counter((q, s) for q in want_q for s in range(n))
         got = Counter((t["group_id"], int(t["sample_index"])) for t in trajs)
-        out.lost += sum((want - got).values())
-        out.duplicated += sum((got - want).values())
-        out.same_order &= {t["group_id"] for t in trajs} == set(want_q)  # within a step, workers interleave
         for k, v in rows[step].items():
             if k.startswith("faults/"):
                 out.faults[k] = out.faults.get(k, 0.0) + float(v)
+        if fully:
+            run_got.update(got)
+            out.same_order &= len(got) == len(want_q) * n  # a full batch, whichever groups finished first
+            continue
+        want = Counter((q, s) for q in want_q for s in range(n))
+        out.lost += sum((want - got).values())
+        out.duplicated += sum((got - want).values())
+        out.same_order &= {t["group_id"] for t in trajs} == set(want_q)  # within a step, workers interleave
+    if fully:  # the run's steps take exactly its scheduled groups, each once, in completion order
+        out.lost = sum((run_want - run_got).values())
+        out.duplicated = sum((run_got - run_want).values())
     return out

@@ -3,8 +3,10 @@
 `runs/<run>/checkpoints/step-<n>/` holds, per learner role, `<role>/deepspeed/` (weights, optimizer,
 scheduler and RNG states: what `--resume` needs) and `<role>/hf/` (the Hugging Face weights that
 vLLM, evaluation and serving load), then `trainer_state.json`, written last: its presence marks a
-complete checkpoint. Only the newest `train.keep_checkpoints` keep `deepspeed/`; older saved steps
-keep their `hf/` weights (for Gemma 3 270M the DeepSpeed state is ~3.5 GB a role, the weights 0.5).
+complete checkpoint. The newest `train.keep_checkpoints` stay whole; of the older ones only the best
+by dev answer F1 (`dev_answer_f1` in its state, when the run evaluated at a saved step) stays, with its
+`hf/` weights alone; the rest are deleted, so a run's disk is bounded however long it runs (for Gemma 3
+270M the DeepSpeed state is ~3.5 GB a role, the weights 0.5).
 """
 
 from __future__ import annotations
@@ -41,18 +43,37 @@ def last_checkpoint(run_dir: str | Path, resumable: bool = True) -> Path | None:
     return found[-1] if found else None
 
 
+def best_checkpoint(checkpoints: Sequence[Path]) -> Path | None:
+    """The checkpoint with the highest `dev_answer_f1` in its state (the newest on a tie), or None
+    when none has one."""
+    scored = []
+    for ckpt in checkpoints:
+        f1 = json.loads((ckpt / STATE_FILE).read_text()).get("dev_answer_f1")
+        if f1 is not None:
+            scored.append((float(f1), checkpoint_step(ckpt), ckpt))
+    return max(scored)[2] if scored else None
+
+
 def prune_checkpoints(run_dir: str | Path, keep: int) -> list[Path]:
-    """Delete the DeepSpeed state of every complete checkpoint but the newest `keep` (>= 1); their
-    `<role>/hf/` weights and `trainer_state.json` (marked `"resumable": false`) stay. Returns the
-    pruned checkpoints.
+    """Keep the newest `keep` (>= 1) complete checkpoints whole and, if it is older, the best by dev
+    answer F1 (`best_checkpoint`) with its `<role>/hf/` weights and `trainer_state.json` only (marked
+    `"resumable": false`); delete every other complete checkpoint. Checkpoints being written (no
+    state file yet) are never touched. Returns the pruned ones (deleted: no longer a directory).
 
     Raises:
         ValueError: `keep` < 1 (the newest checkpoint is what a resume needs).
     """
     if keep < 1:
         raise ValueError(f"train.keep_checkpoints must be >= 1 (a resume needs the newest), got {keep}")
+    done = complete_checkpoints(run_dir)
+    best = best_checkpoint(done)
     pruned = []
-    for ckpt in complete_checkpoints(run_dir)[:-keep]:
+    for ckpt in done[:-keep]:
+        if ckpt != best:
+            (ckpt / STATE_FILE).unlink()  # first: a half-deleted folder is never taken for a checkpoint
+            shutil.rmtree(ckpt)
+            pruned.append(ckpt)
+            continue
         if not is_resumable(ckpt):
             continue
         state = json.loads((ckpt / STATE_FILE).read_text())

@@ -116,6 +116,8 @@ def recover_learners(trainer: Any, error: Exception, step: int) -> int:
         trainer.policy.sync_weights(trainer.workers, version=back_to)
         trainer.weight_version = back_to
     trainer.faults["steps_redone"] += step - back_to
+    if getattr(trainer, "stream", None) is not None:  # fully: what the lost updates trained is generated again
+        trainer.stream.rewind(back_to)
     log.warning("%s; learners rebuilt (%d/%d), going on from step %d (%s)", error, trainer.learner_restarts,
                 trainer.cfg.train.max_learner_restarts, back_to, source)
     return back_to

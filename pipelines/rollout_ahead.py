@@ -33,11 +33,21 @@ class RolloutAhead:
     def __init__(self) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollout-ahead")
         self._pending: tuple[int, Future] | None = None
+        self.last_run_s = 0.0
 
     def start(self, step: int, run: Callable[[], list[dict]]) -> None:
-        """Start `run()` for 0-based `step`; a rollout still in flight is waited for and dropped first."""
+        """Start `run()` for 0-based `step`; a rollout still in flight is waited for and dropped first.
+        `last_run_s` then holds how long `run()` took (seconds), for the rollout's idle time."""
         self.wait()
-        self._pending = (step, self._pool.submit(run))
+
+        def timed() -> list[dict]:
+            t = time.perf_counter()
+            try:
+                return run()
+            finally:
+                self.last_run_s = time.perf_counter() - t
+
+        self._pending = (step, self._pool.submit(timed))
 
     def wait(self) -> float:
         """Block until the rollout in flight (if any) is done; returns the seconds waited."""
@@ -69,7 +79,13 @@ class RolloutAhead:
 
 
 def staleness_metrics(trajectories: Sequence[dict[str, Any]], learner_version: int) -> dict[str, float]:
-    """`async/staleness_max` and `async/staleness_mean`: policy versions between the weights that
-    sampled each episode (`weight_version`) and the learner's `learner_version` it trains with."""
-    lags = [learner_version - int(t.get("weight_version") or 0) for t in trajectories] or [0]
-    return {"async/staleness_max": float(max(lags)), "async/staleness_mean": sum(lags) / len(lags)}
+    """`async/staleness_max` and `async/staleness_mean`: policy versions between each episode's oldest
+    token (`pipelines.rollout_stream.version_span`) and the learner's `learner_version` it trains with;
+    `async/partial_episodes`: episodes whose tokens came from more than one version (weights changed
+    while they ran)."""
+    from pipelines.rollout_stream import version_span
+
+    spans = [version_span(t) for t in trajectories] or [(learner_version, learner_version)]
+    lags = [learner_version - lo for lo, _ in spans]
+    return {"async/staleness_max": float(max(lags)), "async/staleness_mean": sum(lags) / len(lags),
+            "async/partial_episodes": float(sum(hi > lo for lo, hi in spans))}

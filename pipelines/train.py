@@ -28,13 +28,7 @@ from typing import Any
 import torch
 
 from configs.schema import Config
-from pipelines.checkpoints import (
-    STATE_FILE,
-    dir_bytes,
-    last_checkpoint,
-    prune_checkpoints,
-    save_rollouts,
-)
+from pipelines.checkpoints import STATE_FILE, last_checkpoint, save_rollouts
 from pipelines.graceful_stop import GracefulStop, StopRequested, TrainingStopped, stop_request
 from pipelines.run_dir import cfg_to_yaml, new_run_dir, resume_checkpoint  # noqa: F401 - public here too
 from pipelines.rollout_ahead import RolloutAhead, staleness_metrics
@@ -108,10 +102,13 @@ class Trainer:
         self._questions: dict[str, list[dict]] = {}
         self.on_phase: Any = lambda phase: None  # called with "rollout", "prepare", ... as a step moves on
         self.weight_version = 0  # the policy version the rollout workers hold
+        self.dev_f1: dict[int, float] = {}  # dev answer F1 by step: which checkpoint is the best one
         self.faults: Counter = Counter()  # failures and recoveries since the last step's metrics
         self.learner_restarts = self.pool_retries = 0
         self.snapshot = None  # pipelines.learner_recovery.LearnerSnapshot with train.learner_recovery: snapshot
         self.ahead = RolloutAhead() if cfg.train.async_mode == "one_step" else None
+        self.stream = None  # fully: pipelines.rollout_stream.RolloutStream, started at the first step
+        self.stream_committed: list = []  # fully, on --resume: the groups the checkpoint's steps trained
         if cfg.train.learner_recovery == "snapshot":
             from pipelines.learner_recovery import LearnerSnapshot
 
@@ -264,6 +261,8 @@ class Trainer:
         t = time.perf_counter()
         self.on_phase("rollout+score")
         trajs = self.ahead.take(step) if self.ahead is not None else None  # one_step: started during the last update
+        if cfg.train.async_mode == "fully":
+            trajs = self.stream_take(step)
         trajs = trajs if trajs is not None else self.step_rollout(step)
         timings["rollout_s"] = time.perf_counter() - t
 
@@ -293,20 +292,33 @@ class Trainer:
         self.on_phase("update")
         if self.ahead is not None and step + 1 < total_steps(cfg):  # on the weights this step sampled with
             self.ahead.start(step + 1, lambda: self.step_rollout(step + 1))
-        critic_m = self.critic.update(batch, cfg.algorithm) if self.critic is not None else None
-        policy_m = self.policy.update(batch, cfg.algorithm)
+        try:
+            critic_m = self.critic.update(batch, cfg.algorithm) if self.critic is not None else None
+            policy_m = self.policy.update(batch, cfg.algorithm)
+        except BaseException:
+            if self.stream is not None:  # not trained: the groups go back (a rebuild rewinds further)
+                self.stream.put_back(step)
+            raise
+        if self.stream is not None:
+            self.stream.commit(step)
         timings["update_s"] = time.perf_counter() - t
         if self.ahead is not None:  # the workers take new weights between rollouts
             self.on_phase("waiting for the next rollout")
             timings["learner_idle_s"] = self.ahead.wait()
         self.on_phase("weight sync")
-        sync = self.policy.sync_weights(self.workers, version=step + 1)
+        sync = self.policy.sync_weights(self.workers, version=step + 1)  # fully: in flight, groups keep running
         self.weight_version = step + 1
+        if self.stream is not None:
+            self.stream.set_version(step + 1)
 
         metrics = {"step": float(step + 1), "stage": float(stage + 1)}
         if self.ahead is not None:
             metrics.update(staleness_metrics(trajs, step))  # the learner held version `step` while it trained
             metrics["async/learner_idle_s"] = timings.pop("learner_idle_s")
+            metrics["async/rollout_idle_s"] = max(0.0, time.perf_counter() - t_step - self.ahead.last_run_s)
+        if self.stream is not None:
+            metrics.update(staleness_metrics(trajs, step))
+            metrics.update(self.stream.take_stats())
         metrics.update(rollout_metrics(trajs))
         metrics.update(learner_metrics(policy_m, critic_m))
         metrics.update(self.take_faults())
@@ -316,11 +328,22 @@ class Trainer:
             metrics["actor/kl_to_ref_rollout"] = float(masked_mean(kl_estimate(logprobs, ref, "k3"), batch.loss_mask))
         metrics["actor/advantage_mean"] = float((advantages * batch.loss_mask).sum() / batch.loss_mask.sum().clamp(min=1))
         metrics.update({f"time/{k}": v for k, v in {**timings, **{k: v for k, v in sync.items() if k.endswith("_s")}}.items()})
-        # one_step: the phases overlap, so the step's wall time
-        metrics["time/step_s"] = time.perf_counter() - t_step if self.ahead is not None else sum(timings.values()) + sync["sync_s"]
+        # one_step, fully: the phases overlap, so the step's wall time
+        overlap = cfg.train.async_mode != "off"
+        metrics["time/step_s"] = time.perf_counter() - t_step if overlap else sum(timings.values()) + sync["sync_s"]
         if cfg.train.save_rollouts:
             save_rollouts(self.run_dir / "rollouts" / f"step-{step + 1}.jsonl.gz", trajs)
         return metrics
+
+    def stream_take(self, step: int) -> list[dict]:
+        """fully: the episodes of 0-based `step` from the rollout stream (started here at the first step,
+        from the checkpoint's groups on --resume), resyncing workers whose calls failed while it waits."""
+        from pipelines.stream_setup import resync_worker, start_stream
+
+        if self.stream is None:
+            self.stream = start_stream(self, step, self.stream_committed)
+        return self.stream.take(step, timeout_s=self.cfg.ray.call_timeout_s,
+                                resync=lambda worker: resync_worker(self, worker))
 
     def step_rollout(self, step: int) -> list[dict]:
         """The episodes of 0-based `step`: its questions (`batch_indices`) under its stage's options,
@@ -351,38 +374,23 @@ class Trainer:
         trajs = self.rollout(examples, stage_at(self.cfg, max(0, step - 1))[1], 1, 0.0, seed=0)
         out = rollout_metrics(trajs, prefix="dev")
         out["time/eval_s"] = time.perf_counter() - t
+        if "dev/answer_f1" in out:
+            self.dev_f1[step] = float(out["dev/answer_f1"])
         log.info("%s", dev_summary(step, out))
         return out
 
     # -- checkpoints ------------------------------------------------------------------------------------
     def save(self, step: int) -> Path:
-        """Checkpoint after `step` completed steps: learners (weights, optimizer, scheduler, RNG), then
-        `trainer_state.json` (written last: its presence marks a complete checkpoint). Older
-        checkpoints beyond `train.keep_checkpoints` keep only their Hugging Face weights. The learner
-        snapshot (`train.learner_recovery: snapshot`), older now, is removed."""
-        path = self.run_dir / "checkpoints" / f"step-{step}"
-        self.policy.save_checkpoint(str(path))
-        if self.critic is not None:
-            self.critic.save_checkpoint(str(path))
-        state = {"step": step, "wandb_id": self.tracker.wandb_id if self.tracker else None, "time": time.time()}
-        (path / STATE_FILE).write_text(json.dumps(state))
-        if self.snapshot is not None:  # the checkpoint is newer: the snapshot's memory goes back
-            self.snapshot.remove()
-        for old in prune_checkpoints(self.run_dir, self.cfg.train.keep_checkpoints):
-            log.info("checkpoint %s: optimizer state dropped, Hugging Face weights kept (%.2f GB)", old.name,
-                     dir_bytes(old) / 1e9)
-        log.info("checkpoint %s: %.2f GB", path.name, dir_bytes(path) / 1e9)
-        return path
+        """Checkpoint after `step` completed steps (`pipelines.trainer_checkpoint.save_checkpoint`)."""
+        from pipelines.trainer_checkpoint import save_checkpoint
+
+        return save_checkpoint(self, step)
 
     def resume(self, checkpoint: Path) -> int:
-        """Load a checkpoint into the learners, sync the policy to the workers; returns the step."""
-        state = json.loads((checkpoint / STATE_FILE).read_text())
-        self.policy.load_checkpoint(str(checkpoint))
-        if self.critic is not None:
-            self.critic.load_checkpoint(str(checkpoint))
-        self.policy.sync_weights(self.workers, version=int(state["step"]))
-        self.weight_version = int(state["step"])
-        return self.weight_version
+        """Load a checkpoint, sync the workers; returns its step (`pipelines.trainer_checkpoint.load_checkpoint`)."""
+        from pipelines.trainer_checkpoint import load_checkpoint
+
+        return load_checkpoint(self, checkpoint)
 
     @property
     def pad_token_id(self) -> int:
@@ -404,6 +412,8 @@ class Trainer:
 
         if self.ahead is not None:
             self.ahead.close()
+        if self.stream is not None:
+            self.stream.close()
         for group in (self.policy, self.critic):
             if group is not None:
                 try:

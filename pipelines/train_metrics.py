@@ -180,7 +180,19 @@ def step_summary(metrics: dict[str, float]) -> str:
     t = {k: metrics.get(f"time/{k}_s", 0.0) for k in ("rollout", "prepare", "update", "sync")}
     return (f"reward {metrics.get('rollout/reward_mean', 0.0):.3f} searches {metrics.get('rollout/searches_per_episode', 0.0):.2f} "
             f"valid {metrics.get('rollout/valid_action_rate', 0.0):.2f} | rollout {t['rollout']:.0f}s "
-            f"prep {t['prepare']:.0f}s update {t['update']:.0f}s sync {t['sync']:.0f}s")
+            f"prep {t['prepare']:.0f}s update {t['update']:.0f}s sync {t['sync']:.0f}s"
+            + async_summary(metrics))
+
+
+def async_summary(metrics: dict[str, float]) -> str:
+    """The asynchronous modes' part of `step_summary` ("" in off mode): the staleness, the groups
+    generated again, the partial episodes and each side's idle seconds."""
+    if "async/staleness_max" not in metrics:
+        return ""
+    m = {k: metrics.get(f"async/{k}", 0.0) for k in ("staleness_max", "requeued", "partial_episodes",
+                                                       "learner_idle_s", "rollout_idle_s")}
+    return (f" | stale {m['staleness_max']:.0f} requeued {m['requeued']:.0f} partial {m['partial_episodes']:.0f} "
+            f"idle learner {m['learner_idle_s']:.0f}s rollout {m['rollout_idle_s']:.0f}s")
 
 
 FAULT_KEYS = ("rollout_worker_deaths", "rollout_parts_rerun", "rollout_stale_parts", "shard_retries",

@@ -25,13 +25,8 @@ import time
 from pathlib import Path
 
 from scripts.cli import sigterm_as_interrupt
+from scripts.soak_report import percentile
 from scripts.serve import served_config
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The q-quantile (0..1) of `values`, nearest rank."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered) + 0.5) - 1))]
 
 
 async def endpoint_run(url: str, questions: list[str], clients: int, timeout_s: float) -> dict:

@@ -4,10 +4,14 @@ Runs in TRL's own virtual environment (`.venv-trl`, made by the command in `scri
 docstring), never in `.venv`; it needs only torch, transformers, trl, datasets and pydantic (the
 reward comes from this project's `recipes/`, the same code the searchrl run scores with).
 
-Reads `--data` (JSONL, one row per question in step order: `prompt`, `golden_answers`), trains
-`--steps` GRPO steps of `--questions-per-step` questions × `--samples` completions, and writes
-`--out` (JSON): per step the wall seconds, the seconds spent generating and scoring, the mean reward
-and the completion tokens; the rest of a step is TRL's log-prob pass and update.
+Reads `--data` (JSONL, one row per question in step order: `prompt`, `question`, `golden_answers`),
+trains `--steps` GRPO steps of `--questions-per-step` questions × `--samples` completions, and writes
+`--out` (JSON): per step the wall seconds, the seconds spent generating, searching and scoring, the
+mean reward and the policy's tokens; the rest of a step is TRL's log-prob pass and update.
+
+`--workload single_turn`: TRL generates each completion itself (one answer turn of the naive-RAG
+recipe). `--workload multi_turn`: the episodes of `--recipe` run through `scripts.peer_trl_search`
+(TRL's `rollout_func` with `env_mask`), searching the project's `/retrieve` at `--retrieve-url`.
 """
 
 from __future__ import annotations
@@ -35,6 +39,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bf16", action="store_true")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--workload", choices=("single_turn", "multi_turn"), default="single_turn")
+    p.add_argument("--recipe", default="naive_rag")
+    p.add_argument("--recipe-options", default="{}", help="JSON: the recipe's options, as the searchrl run has them")
+    p.add_argument("--limits", default="{}", help="JSON: max_new_tokens_per_turn, max_observation_tokens, "
+                                                  "max_total_tokens (multi_turn)")
+    p.add_argument("--retrieve-url", default="http://127.0.0.1:8001", help="the retrieval server (multi_turn)")
     args = p.parse_args(argv)
 
     import torch
@@ -51,13 +61,16 @@ def main(argv: list[str] | None = None) -> int:
     if len(rows) < need:
         raise SystemExit(f"error: --data has {len(rows)} questions; {args.steps} steps need {need}")
     golds = {r["prompt"]: r["golden_answers"] for r in rows}
-    recipe = get_recipe("naive_rag", metric="f1")
-    timing = {"generate_s": 0.0, "score_s": 0.0, "tokens": 0}
+    recipe = get_recipe(args.recipe, **json.loads(args.recipe_options))
+    timing = {"generate_s": 0.0, "search_s": 0.0, "score_s": 0.0, "tokens": 0, "searches": 0}
 
     placeholder = [Doc("-", "", "")]  # the episode needs its initial documents; the reward reads only the answer
 
-    def f1_reward(prompts, completions, **_):
-        """The naive-RAG recipe's own episode step and reward (recipes.baselines), as searchrl scores it."""
+    def f1_reward(prompts, completions, searchrl_reward=None, **_):
+        """The recipe's own episode step and reward (single_turn: recipes.baselines' naive RAG), as searchrl
+        scores it; multi_turn episodes were scored by the recipe in the rollout function already."""
+        if searchrl_reward is not None:
+            return list(searchrl_reward)
         t = time.perf_counter()
         out = []
         for prompt, completion in zip(prompts, completions):
@@ -83,13 +96,14 @@ def main(argv: list[str] | None = None) -> int:
         timing["tokens"] += int((new != tok.eos_token_id).sum())  # completion tokens, the EOS padding left out
         return out
 
-    model.generate = timed_generate
+    if args.workload == "single_turn":  # multi_turn times its own turns (scripts.peer_trl_search)
+        model.generate = timed_generate
     steps: list[dict] = []
 
     class StepTimer(TrainerCallback):
         def on_step_begin(self, *_, **__):
             self.t0 = time.perf_counter()
-            timing.update(generate_s=0.0, score_s=0.0, tokens=0)
+            timing.update(dict.fromkeys(timing, 0))
 
         def on_step_end(self, *_, **__):
             steps.append({"step_s": time.perf_counter() - self.t0, **timing})
@@ -99,9 +113,16 @@ def main(argv: list[str] | None = None) -> int:
                 steps[-1]["reward"] = float(logs["reward"])
 
     batch = args.questions_per_step * args.samples
+    rollout_func, max_completion = None, args.max_new_tokens
+    if args.workload == "multi_turn":
+        from scripts.peer_trl_search import SearchRollout
+
+        limits = json.loads(args.limits)
+        rollout_func = SearchRollout(recipe, {r["prompt"]: r for r in rows}, tok, args.retrieve_url, limits, timing)
+        max_completion = limits["max_total_tokens"]
     config = GRPOConfig(
         output_dir=str(Path(args.out).with_suffix("")) + "-trl", max_steps=args.steps, per_device_train_batch_size=batch,
-        gradient_accumulation_steps=1, num_generations=args.samples, max_completion_length=args.max_new_tokens,
+        gradient_accumulation_steps=1, num_generations=args.samples, max_completion_length=max_completion,
         temperature=args.temperature, top_p=1.0, learning_rate=args.lr, adam_beta1=args.betas[0],
         adam_beta2=args.betas[1], weight_decay=args.weight_decay, lr_scheduler_type="constant",
         beta=0.0, loss_type="dapo", scale_rewards="group", num_iterations=1, shuffle_dataset=False, bf16=args.bf16,
@@ -109,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed, max_grad_norm=1.0)
     trainer = GRPOTrainer(model=model, processing_class=tok, reward_funcs=[f1_reward], args=config,
                           train_dataset=Dataset.from_list([{"prompt": r["prompt"]} for r in rows[:need]]),
-                          callbacks=[StepTimer()])
+                          callbacks=[StepTimer()], rollout_func=rollout_func)
     t = time.perf_counter()
     trainer.train()
     Path(args.out).write_text(json.dumps({"framework": "trl", "steps": steps, "seconds": time.perf_counter() - t}))

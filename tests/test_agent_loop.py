@@ -242,3 +242,32 @@ def test_pool_searcher_retries_a_down_shard_then_raises():
     with pytest.raises(ShardUnavailableError, match="shard 1"):
         asyncio.run(pool_searcher(pool, retries=2, backoff_s=0.0)("q", 1))
     assert pool.calls == 3  # the first try and 2 retries, then the error reaches the step
+
+
+def test_tokens_carry_the_weight_version_that_sampled_them(gemma_tokenizer):
+    """An in-flight weight update during the first turn's request: that turn's tokens keep the version its
+    request started on (the oldest that can have sampled them) and the turn records both; the next turn
+    samples from the new version only (`train.async_mode: fully`'s partial rollout)."""
+    from pipelines.rollout_stream import version_span
+
+    class UpdatedInFlight(ScriptedEngine):
+        async def generate(self, prompt_token_ids, sampling):
+            version = self.weight_version
+            gens = await super().generate(prompt_token_ids, sampling)
+            if len(self.requests) == 1:
+                self.weight_version = 7  # the learner's new weights arrive while this request runs
+            for g in gens:
+                g.meta["weight_version"] = version
+            return gens
+
+    engine = UpdatedInFlight(gemma_tokenizer, turn_policy(SEARCH_R1_TURNS))
+    engine.weight_version = 6
+    loop = AgentLoop(engine, get_recipe("search_r1"), make_searcher(), Sampling(seed=3), chat=False)
+    traj = asyncio.run(loop.run_batch([ex("1", Q1, ["Mira Tolven"])]))[0]
+    first, second = traj.turns
+    assert (first.weight_version, first.weight_version_end) == (6, 7)
+    assert (second.weight_version, second.weight_version_end) == (7, 7)
+    assert traj.weight_version == 6 and len(traj.token_versions) == len(traj.response_ids)
+    policy = [v for v, m in zip(traj.token_versions, traj.loss_mask) if m]
+    assert policy == [6] * first.generated_tokens + [7] * second.generated_tokens
+    assert version_span(traj.to_json()) == (6, 7)  # a partial episode, 1 version behind a learner at 7

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from scripts.bench_peer import first_last, median_from_step2, ours_summary, trl_rows
+from scripts.bench_peer import first_last, median_from_step2, ours_summary, spread, trl_rows
 
 
 def _write_rollouts(run_dir, tokenizer, steps):
@@ -18,7 +18,7 @@ def _write_rollouts(run_dir, tokenizer, steps):
                 ids = tokenizer(f"Question: {q}\nAnswer:")["input_ids"]
                 for sample in range(2):  # a group's samples share the prompt
                     f.write(json.dumps({"group_id": f"d/{q}", "sample_index": sample, "prompt_ids": ids,
-                                        "golden_answers": [q.upper()]}) + "\n")
+                                        "question": q, "golden_answers": [q.upper()]}) + "\n")
 
 
 def test_trl_gets_each_question_once_in_step_order(tmp_path, gemma_dir):
@@ -28,13 +28,14 @@ def test_trl_gets_each_question_once_in_step_order(tmp_path, gemma_dir):
     _write_rollouts(tmp_path, tok, [["b", "a"], ["c", "d"]])
     rows = trl_rows(tmp_path, 2, gemma_dir)
     assert [r["prompt"] for r in rows] == [f"Question: {q}\nAnswer:" for q in "bacd"]  # BOS dropped: TRL adds it
-    assert rows[0]["golden_answers"] == ["B"]
+    assert rows[0]["golden_answers"] == ["B"] and rows[0]["question"] == "b"
 
 
 def test_summaries():
     assert first_last([0.1, 0.2, 0.3, 0.4, 0.5, 0.6]) == "0.200->0.500"
     assert median_from_step2([100.0, 10.0, 12.0, 11.0]) == 11.0  # step 1's warm-up left out
     assert median_from_step2([7.0]) == 7.0
+    assert spread([0.1, 0.3]) == pytest.approx(0.1) and spread([0.2]) == 0.0
 
 
 def test_ours_summary_reads_training_rows(tmp_path):

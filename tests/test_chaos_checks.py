@@ -47,3 +47,23 @@ def test_lost_duplicated_reordered_and_missing_steps_are_found(cfg, tmp_path):
     check = check_run(tmp_path, cfg, 4)
     assert (check.lost, check.duplicated, check.same_order, check.missing_steps) == (1 + 4, 1 + 4, False, [4])
     assert not check.ok
+
+
+def test_fully_async_is_checked_over_the_whole_run(data_dir, tmp_path):
+    """fully: a step may train groups scheduled for other steps (completion order); over the run each
+    scheduled group (group_id "<question>#<0-based step>") trains once with every sample."""
+    cfg = load_config("configs/s3_cpu.yaml", [f"data.dir={data_dir}", "train.questions_per_step=2",
+                                              "rollout.samples_per_prompt=2", "train.stages=[]",
+                                              "train.async_mode=fully"])
+    groups = [(f"{q}#{step - 1}", s) for step in (1, 2, 3) for q in expected_questions(cfg, step) for s in range(2)]
+    order = [groups[4:8], groups[0:4], groups[8:12]]  # step 2's groups finished first
+    good = tmp_path / "good"
+    for step, pairs in enumerate(order, start=1):
+        _write(good, step, pairs)
+    assert check_run(good, cfg, 3).ok
+    bad = tmp_path / "bad"
+    _write(bad, 1, groups[0:4])
+    _write(bad, 2, groups[0:2] + groups[4:6])  # two pairs trained twice, so two others never
+    _write(bad, 3, groups[8:12])
+    check = check_run(bad, cfg, 3)
+    assert (check.lost, check.duplicated, check.same_order) == (2, 2, True) and not check.ok

@@ -1,4 +1,5 @@
-"""Checkpoint retention: only the newest checkpoints keep the DeepSpeed state a resume needs."""
+"""Checkpoint retention: the newest checkpoints stay whole, the best older one by dev F1 keeps its weights, the
+rest go."""
 
 from __future__ import annotations
 
@@ -6,10 +7,17 @@ import json
 
 import pytest
 
-from pipelines.checkpoints import complete_checkpoints, dir_bytes, is_resumable, last_checkpoint, prune_checkpoints
+from pipelines.checkpoints import (
+    best_checkpoint,
+    complete_checkpoints,
+    dir_bytes,
+    is_resumable,
+    last_checkpoint,
+    prune_checkpoints,
+)
 
 
-def _checkpoint(run, step: int, complete: bool = True):
+def _checkpoint(run, step: int, complete: bool = True, dev_f1: float | None = None):
     path = run / "checkpoints" / f"step-{step}"
     for role in ("policy", "critic"):
         (path / role / "deepspeed" / "state").mkdir(parents=True)
@@ -17,31 +25,50 @@ def _checkpoint(run, step: int, complete: bool = True):
         (path / role / "hf").mkdir()
         (path / role / "hf" / "model.safetensors").write_bytes(b"w" * 100)
     if complete:
-        (path / "trainer_state.json").write_text(json.dumps({"step": step}))
+        state = {"step": step} if dev_f1 is None else {"step": step, "dev_answer_f1": dev_f1}
+        (path / "trainer_state.json").write_text(json.dumps(state))
     return path
 
 
-def test_prune_keeps_the_newest_resumable_and_every_hf_folder(tmp_path):
+def test_prune_keeps_the_newest_whole_and_deletes_the_rest(tmp_path):
     for step in (10, 2, 5):
         _checkpoint(tmp_path, step)
     _checkpoint(tmp_path, 20, complete=False)  # being written: never touched
     assert [p.name for p in complete_checkpoints(tmp_path)] == ["step-2", "step-5", "step-10"]
     pruned = prune_checkpoints(tmp_path, keep=1)
-    assert [p.name for p in pruned] == ["step-2", "step-5"]
-    for p in pruned:
-        assert not is_resumable(p) and not list(p.glob("*/deepspeed"))
-        assert dir_bytes(p) == 200 + len((p / "trainer_state.json").read_bytes())  # the two hf folders stay
+    assert [p.name for p in pruned] == ["step-2", "step-5"] and not any(p.exists() for p in pruned)
     assert is_resumable(tmp_path / "checkpoints" / "step-10")
     assert (tmp_path / "checkpoints" / "step-20" / "policy" / "deepspeed").is_dir()
     assert last_checkpoint(tmp_path).name == "step-10"
     assert prune_checkpoints(tmp_path, keep=1) == []  # idempotent
 
 
+def test_prune_keeps_the_best_older_checkpoints_weights(tmp_path):
+    _checkpoint(tmp_path, 10, dev_f1=0.20)
+    _checkpoint(tmp_path, 20, dev_f1=0.35)  # the best
+    _checkpoint(tmp_path, 30, dev_f1=0.25)
+    _checkpoint(tmp_path, 40)  # not evaluated at this step
+    _checkpoint(tmp_path, 50, dev_f1=0.30)
+    assert best_checkpoint(complete_checkpoints(tmp_path)).name == "step-20"
+    pruned = prune_checkpoints(tmp_path, keep=2)
+    assert [p.name for p in pruned] == ["step-10", "step-20", "step-30"]
+    assert [p.name for p in complete_checkpoints(tmp_path)] == ["step-20", "step-40", "step-50"]
+    best = tmp_path / "checkpoints" / "step-20"
+    assert not is_resumable(best) and not list(best.glob("*/deepspeed"))
+    assert dir_bytes(best) == 200 + len((best / "trainer_state.json").read_bytes())  # the two hf folders stay
+    assert last_checkpoint(tmp_path).name == "step-50" and last_checkpoint(tmp_path, resumable=False).name == "step-50"
+    # A newer best: the old best goes; disk stays at keep + 1 checkpoints however long the run.
+    _checkpoint(tmp_path, 60, dev_f1=0.40)
+    prune_checkpoints(tmp_path, keep=2)
+    assert [p.name for p in complete_checkpoints(tmp_path)] == ["step-50", "step-60"]
+    assert best_checkpoint([]) is None
+
+
 def test_last_checkpoint_skips_pruned_ones_for_resume(tmp_path):
     assert last_checkpoint(tmp_path) is None
     _checkpoint(tmp_path, 1)
     _checkpoint(tmp_path, 2)
-    prune_checkpoints(tmp_path, keep=2)
+    assert prune_checkpoints(tmp_path, keep=2) == []
     assert all(is_resumable(p) for p in complete_checkpoints(tmp_path))
     state = tmp_path / "checkpoints" / "step-2" / "trainer_state.json"
     state.write_text(json.dumps({"step": 2, "resumable": False}))  # e.g. pruned by a later run's setting

@@ -3,6 +3,7 @@ one version behind, on the same questions as a synchronous run; RolloutAhead's c
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -42,12 +43,30 @@ def test_async_mode_off_survives_yaml():
 
     assert load_config("configs/main_cpu.yaml", ["train.async_mode=off"]).train.async_mode == "off"
     assert load_config("configs/main_cpu.yaml", ["train.async_mode=one_step"]).train.async_mode == "one_step"
+    cfg = load_config("configs/main_cpu.yaml", ["train.async_mode=fully", "train.max_staleness=2"]).train
+    assert (cfg.async_mode, cfg.max_staleness, cfg.in_flight_groups) == ("fully", 2, None)
+
+
+def test_the_console_line_shows_the_async_figures():
+    from pipelines.train_metrics import step_summary
+
+    line = step_summary({"rollout/reward_mean": 0.25, "async/staleness_max": 1.0, "async/requeued": 2.0,
+                         "async/partial_episodes": 3.0, "async/learner_idle_s": 4.2, "async/rollout_idle_s": 0.4})
+    assert line.endswith("| stale 1 requeued 2 partial 3 idle learner 4s rollout 0s")
+    assert "stale" not in step_summary({"rollout/reward_mean": 0.25})  # off mode
 
 
 def test_staleness_counts_versions_behind_the_learner():
     trajs = [{"weight_version": 3}, {"weight_version": 2}, {"weight_version": 3}, {"weight_version": 3}]
-    assert staleness_metrics(trajs, 3) == {"async/staleness_max": 1.0, "async/staleness_mean": 0.25}
-    assert staleness_metrics([], 0) == {"async/staleness_max": 0.0, "async/staleness_mean": 0.0}
+    assert staleness_metrics(trajs, 3) == {"async/staleness_max": 1.0, "async/staleness_mean": 0.25,
+                                           "async/partial_episodes": 0.0}
+    assert staleness_metrics([], 0) == {"async/staleness_max": 0.0, "async/staleness_mean": 0.0,
+                                        "async/partial_episodes": 0.0}
+    # a partial rollout: its first turn sampled by version 1, its second started on version 2
+    partial = {"weight_version": 1, "token_versions": [1, 1, 1, 2], "loss_mask": [1, 1, 0, 1],
+               "turns": [{"weight_version": 1, "weight_version_end": 2}, {"weight_version": 2, "weight_version_end": 2}]}
+    assert staleness_metrics([partial, {"weight_version": 2}], 3) == {
+        "async/staleness_max": 2.0, "async/staleness_mean": 1.5, "async/partial_episodes": 1.0}
 
 
 @pytest.mark.slow
@@ -71,3 +90,35 @@ def test_one_step_trains_the_same_questions_one_version_behind(ray_local, small_
         same = _rollouts(runs["off"] / "rollouts" / f"step-{step}.jsonl.gz")
         key = sorted((e["group_id"], e["sample_index"]) for e in episodes)
         assert key == sorted((e["group_id"], e["sample_index"]) for e in same)  # nothing lost or doubled
+
+
+@pytest.mark.slow
+def test_fully_async_trains_every_group_once_within_the_bound(ray_local, small_index, tiny_gemma_dir, tmp_path):
+    """fully: the run trains the same (question, sample) set as the synchronous run, each once, no
+    batch past max_staleness, the tokens tagged with the versions that sampled them; a resume from a
+    checkpoint generates only what it had not trained."""
+    from pipelines.train import train
+
+    common = ("algorithm.off_policy_correction=tis", "train.total_steps=4", "train.eval_questions=0",
+              "train.save_every=2", "train.keep_checkpoints=2")
+    off = train(_tiny_run("configs/search_r1_cpu.yaml", small_index, tiny_gemma_dir, tmp_path / "off",
+                          "train.async_mode=off", *common), progress=False)
+    run = train(_tiny_run("configs/search_r1_cpu.yaml", small_index, tiny_gemma_dir, tmp_path / "fully",
+                          "train.async_mode=fully", "train.max_staleness=1", *common), progress=False)
+    rows = _rows(run)[-4:]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert all(r["async/staleness_max"] <= 1 for r in rows) and all("async/requeued" in r for r in rows)
+    assert all(r["async/rollout_idle_s"] >= 0 and r["async/learner_idle_s"] >= 0 for r in rows)
+
+    def trained(run_dir):
+        out = []
+        for step in range(1, 5):
+            for e in _rollouts(run_dir / "rollouts" / f"step-{step}.jsonl.gz"):
+                out.append((e["group_id"].split("#")[0], e["sample_index"]))
+                assert len(e["token_versions"]) == len(e["response_ids"])
+                assert step - 1 - min(v for v, m in zip(e["token_versions"], e["loss_mask"]) if m) <= 1
+        return sorted(out)
+
+    assert trained(run) == trained(off)  # each (question, sample) once, none lost
+    state = json.loads((run / "checkpoints" / "step-2" / "trainer_state.json").read_text())
+    assert len(state["stream_committed"]) == 2 * 2  # 2 steps x 2 questions

@@ -19,18 +19,20 @@ class FrozenLLMWorker:
         model_name: the cache key's model name (default: the spec's model).
         chat: use the tokenizer's chat template (None = when it has one).
         max_answer_tokens: tokens per answer at most.
+        cache_size: answers kept (an LRU keyed by model and prompt; entries, 0 = none).
     """
 
     def __init__(self, spec: EngineSpec | Mapping[str, Any], model_name: str | None = None, chat: bool | None = None,
-                 max_answer_tokens: int = 64):
+                 max_answer_tokens: int = 64, cache_size: int = 100_000):
         self.holder = EngineHolder(spec)
         self.model_name = model_name or self.holder.spec.model
-        self.chat, self.max_answer_tokens = chat, max_answer_tokens
+        self.chat, self.max_answer_tokens, self.cache_size = chat, max_answer_tokens, cache_size
         self.llm: FrozenLLM | None = None
 
     async def _llm(self) -> FrozenLLM:
         if self.llm is None:
-            self.llm = FrozenLLM(await self.holder.get(), self.model_name, self.chat, self.max_answer_tokens)
+            self.llm = FrozenLLM(await self.holder.get(), self.model_name, self.chat, self.max_answer_tokens,
+                                 cache_size=self.cache_size)
         return self.llm
 
     async def ready(self) -> bool:
@@ -61,10 +63,11 @@ class FrozenLLMWorker:
 
 def start_frozen_llm(actors: ActorSet, cfg: Any, role: Role = "generator", chat: bool | None = None) -> Any:
     """Start the frozen LLM of `role` ("generator", "judge" or "verifier") of `cfg` (engine from
-    `engine_spec`, `frozen.max_answer_tokens`, `frozen.num_cpus` / `num_gpus`). Ray restarts a crashed
+    `engine_spec`, `frozen.max_answer_tokens`, `frozen.cache_size`, `frozen.num_cpus` / `num_gpus`). Ray restarts a crashed
     one up to `ray.max_restarts` times; its answer cache starts empty again and refills (answers are
     greedy, so the rebuilt cache holds the same answers). Returns the handle (not yet ready: see
     `ActorSet.wait_ready`)."""
     fr = cfg.frozen
     return actors.start(FrozenLLMWorker, engine_spec(cfg, role), chat=chat, max_answer_tokens=fr.max_answer_tokens,
-                        num_cpus=fr.num_cpus, num_gpus=fr.num_gpus, options={"max_restarts": cfg.ray.max_restarts})
+                        cache_size=fr.cache_size, num_cpus=fr.num_cpus, num_gpus=fr.num_gpus,
+                        options={"max_restarts": cfg.ray.max_restarts})

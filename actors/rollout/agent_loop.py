@@ -131,7 +131,9 @@ class _EpisodeRun:
             seed=self.turn_seed(len(ep.turns)),
         )
         t = time.perf_counter()
+        version = lp.engine.weight_version
         gen = (await lp.engine.generate(traj.prompt_ids + traj.response_ids, sampling))[0]
+        version = int(gen.meta.get("weight_version", version))  # the engine's view when the request started
         dt = time.perf_counter() - t
         self.generate_s += dt
         ids, logprobs, finish_reason = list(gen.token_ids), list(gen.logprobs), gen.finish_reason
@@ -141,9 +143,10 @@ class _EpisodeRun:
                 self.wasted_tokens += len(ids) - keep
                 ids, logprobs, finish_reason = ids[:keep], logprobs[:keep], "stop"
         text = lp.decode(ids)
-        traj.append(ids, policy=True, logprobs=logprobs)
+        traj.append(ids, policy=True, logprobs=logprobs, version=version)
         turn = lp.recipe.step(ep, text, finish_reason)
-        traj.turns.append(TurnRecord(text, type(turn.action).__name__, None, [], len(ids), 0, finish_reason, dt, 0.0))
+        traj.turns.append(TurnRecord(text, type(turn.action).__name__, None, [], len(ids), 0, finish_reason, dt, 0.0,
+                                     version, int(lp.engine.weight_version)))
 
     async def act(self) -> None:
         """Run the pending search (if any) and append the observation or feedback tokens."""
