@@ -28,7 +28,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -65,9 +65,8 @@ class Group:
 @dataclass
 class StreamStats:
     """Counters since the last `take_stats()`: groups generated again for staleness or a failed call,
-    episodes dropped, finished groups whose episodes spanned a weight update, seconds the learner
-    waited in `take`, and seconds the workers had nothing to generate (the staleness bound held
-    them back, or the sequence ran out)."""
+    episodes dropped, failed calls, seconds the learner waited in `take`, and seconds the workers had
+    nothing to generate (the staleness bound held them back, or the sequence ran out)."""
 
     requeued: int = 0
     dropped: int = 0
@@ -80,7 +79,6 @@ class StreamStats:
 class _Done:
     group: Group
     trajs: list[dict[str, Any]]
-    finished_at: float = field(default_factory=time.monotonic)
 
 
 class RolloutStream:

@@ -62,15 +62,6 @@ async def endpoint_run(url: str, questions: list[str], clients: int, timeout_s: 
             "finish_reasons": sorted(b["finish_reason"] for b in ok), "answers": [b["answer"] for b in ok]}
 
 
-def _doc(item: dict):
-    """A Search-R1 `/retrieve` item as a recipe `Doc` (contents = '"title"\\ntext')."""
-    from recipes.base import Doc
-
-    doc = item["document"]
-    title, _, text = doc["contents"].partition("\n")
-    return Doc(doc["id"], title.strip('"'), text, item.get("score"))
-
-
 def baseline_run(cfg, model_path: str, url: str, questions: list[str]) -> dict:
     """Search-R1 `infer.py`'s way: per question, generate with transformers until a stop string,
     search over HTTP, append the documents, repeat; one question at a time.
@@ -86,6 +77,7 @@ def baseline_run(cfg, model_path: str, url: str, questions: list[str]) -> dict:
 
     from actors.engines.models import resolve_model
     from recipes import get_recipe
+    from scripts.peer_trl_search import search_r1_doc
 
     recipe = get_recipe(cfg.train.recipe, cfg.recipe_config())
     if recipe.generator_answers:
@@ -101,7 +93,7 @@ def baseline_run(cfg, model_path: str, url: str, questions: list[str]) -> dict:
     def retrieve(query: str) -> list:
         r = client.post("/retrieve", json={"queries": [query], "topk": k, "return_scores": True})
         r.raise_for_status()
-        return [_doc(item) for item in r.json()["result"][0]]
+        return [search_r1_doc(item) for item in r.json()["result"][0]]
 
     latencies, reasons = [], []
     t0 = time.perf_counter()

@@ -45,14 +45,15 @@ def retrieve(url: str, queries: list[str], topk: int, timeout_s: float = 60.0) -
     request = urllib.request.Request(url.rstrip("/") + "/retrieve", data=body, headers=headers)
     with urllib.request.urlopen(request, timeout=timeout_s) as response:
         rows = json.load(response)["result"]
-    docs = []
-    for row in rows:
-        out = []
-        for item in row:
-            title, _, text = item["document"]["contents"].partition("\n")  # contents = '"title"\ntext'
-            out.append(Doc(str(item["document"]["id"]), title.strip('"'), text, item.get("score")))
-        docs.append(out)
-    return docs
+    return [[search_r1_doc(item) for item in row] for row in rows]
+
+
+def search_r1_doc(item: dict[str, Any]) -> Doc:
+    """A Search-R1 `/retrieve` result item (`{"document": {"id", "contents"}, "score"}`, contents =
+    '"title"\\ntext') as a recipe `Doc`."""
+    doc = item["document"]
+    title, _, text = doc["contents"].partition("\n")
+    return Doc(str(doc["id"]), title.strip('"'), text, item.get("score"))
 
 
 @dataclass
@@ -163,14 +164,13 @@ class SearchRollout:
                 if token in eos:
                     finish = "stop"
                     break
-            else:
-                text_so_far = tok.decode(ids, skip_special_tokens=True)
-                if any(s in text_so_far for s in self.recipe.stop_strings):
-                    finish = "stop"
+            text = tok.decode(ids, skip_special_tokens=True)
+            if finish == "length" and any(s in text for s in self.recipe.stop_strings):
+                finish = "stop"  # the stop string completed on the budget's last token
             r.response_ids += ids
             r.env_mask += [1] * len(ids)
             self.timing["tokens"] += len(ids)
-            self.recipe.step(r.episode, tok.decode(ids, skip_special_tokens=True), finish)
+            self.recipe.step(r.episode, text, finish)
 
     def _search(self, queries: list[str]) -> list[list[Doc]]:
         """All queries in one `/retrieve` request, timed into `timing["search_s"]`."""
