@@ -245,7 +245,8 @@ def test_vllm_rollouts_and_a_scripted_reward_move_the_policy_toward_rewarded_epi
         "rollout.backend=vllm", "rollout.cpu_kv_cache_gib=0.25", "rollout.max_model_len=1024",
         "algorithm.advantage_estimator=grpo", "algorithm.entropy_coef=0.0", "rollout.samples_per_prompt=4",
         "learner.mini_batch_size=8", "learner.micro_batch_size=4", "train.total_steps=2", "train.eval_every=0",
-        "train.eval_questions=0", "train.save_every=1", "train.wandb.mode=disabled",
+        "train.eval_questions=0", "train.save_every=1", "train.keep_checkpoints=2",  # step 1's weights are read below
+        "train.wandb.mode=disabled",
     )
     run_dir = train(cfg, progress=False)
     rows = _rows(run_dir)

@@ -1,7 +1,7 @@
 """SIGTERM to a real `scripts.train` process (tiny Gemma policy on the transformers backend, the real
 retrieval pool over a 2-shard index, its own Ray cluster): it stops within a bounded time, checkpoints
 the last completed step, stops its cluster, prints the `--resume` command and exits 143; the resume
-then finishes the run from that checkpoint. Slow: two short training processes (about 3 minutes)."""
+then finishes the run from that checkpoint. Slow: two short training processes (about 3 minutes) a mode."""
 
 from __future__ import annotations
 
@@ -55,9 +55,16 @@ def _wait_for_step(run_root: Path, proc: subprocess.Popen, log: Path, timeout_s:
 
 
 @pytest.mark.slow
-def test_sigterm_checkpoints_stops_and_resumes(small_index, tiny_gemma_dir, tmp_path):
+@pytest.mark.parametrize("async_mode", ["off", "one_step", "fully"])
+def test_sigterm_checkpoints_stops_and_resumes(small_index, tiny_gemma_dir, tmp_path, async_mode):
+    """In every `train.async_mode`: a rollout running ahead (one_step) or groups in flight (fully) do not
+    hold the stop up, and the resumed run trains each scheduled (question, sample) once."""
+    from pipelines.chaos_checks import check_run
+
     cfg = _tiny_run("configs/r1_searcher_cpu.yaml", small_index, tiny_gemma_dir, tmp_path / "runs",
-                    "train.total_steps=40", "train.stages=[]", "train.eval_questions=0", "ray.num_cpus=4")
+                    "train.total_steps=40", "train.stages=[]", "train.eval_questions=0", "ray.num_cpus=4",
+                    f"train.async_mode={async_mode}",
+                    *(["algorithm.off_policy_correction=tis"] if async_mode != "off" else []))
     proc, log, env = _start_train(cfg, tmp_path)
     try:
         run_dir = _wait_for_step(tmp_path / "runs", proc, log, timeout_s=600)
@@ -85,6 +92,8 @@ def test_sigterm_checkpoints_stops_and_resumes(small_index, tiny_gemma_dir, tmp_
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     rows = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1] == done and last_checkpoint(run_dir).name == f"step-{done}"
+    check = check_run(run_dir, cfg, done)
+    assert check.ok, check
 
 
 def _step_questions(run_dir: Path, step: int) -> list[str]:
