@@ -49,6 +49,14 @@ class FakeWorkers:
         return self.pool.submit(run)
 
 
+def _eventually(predicate, timeout_s=20.0):
+    """Poll `predicate` until it holds (AssertionError after `timeout_s`): a loaded CI machine may be slow."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.02)
+
+
 def _stream(workers, steps=3, per_step=2, max_staleness=1, in_flight=2, **kw):
     groups = [Group((s, j), {"id": f"q{s}{j}"}, {}, s) for s in range(steps) for j in range(per_step)]
     return RolloutStream(groups, workers.submit, ["w0", "w1"], per_step, max_staleness, in_flight,
@@ -85,11 +93,11 @@ def test_the_staleness_bound_holds_back_starts():
     workers = FakeWorkers()
     stream = _stream(workers, steps=4, max_staleness=1, in_flight=8)
     try:
-        time.sleep(0.5)
+        _eventually(lambda: len(workers.started) >= 4)  # steps 0 and 1's groups
+        time.sleep(0.3)  # time to start more, were any allowed
         assert {k[0] for k in workers.started} == {0, 1}  # version 0: steps 0 and 1 only
         stream.set_version(2)
-        time.sleep(0.5)
-        assert {k[0] for k in workers.started} == {0, 1, 2, 3}
+        _eventually(lambda: {k[0] for k in workers.started} == {0, 1, 2, 3})
         assert stream.take_stats()["async/rollout_idle_s"] > 0  # nothing could start for a while
     finally:
         stream.close()
@@ -175,7 +183,7 @@ def test_a_failed_worker_gets_no_call_until_take_resyncs_it():
     workers.submit = lambda worker, group: (calls.append(worker), orig(worker, group))[1]
     stream = _stream(workers, steps=3)
     try:
-        time.sleep(0.5)  # (0, 0) failed on w0; everything after it went to w1
+        _eventually(lambda: len(calls) >= 5)  # steps 0-1 and one retry: (0, 0) failed on w0, the rest went to w1
         first_fail = calls.index("w0")
         assert "w0" not in calls[first_fail + 1:]
         resynced = []
