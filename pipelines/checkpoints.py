@@ -85,8 +85,8 @@ def prune_checkpoints(run_dir: str | Path, keep: int) -> list[Path]:
 
 
 def dir_bytes(path: str | Path) -> int:
-    """Size of the files under `path` (bytes)."""
-    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+    """Size of the files under `path` (bytes; links not followed, so nothing is counted twice)."""
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file() and not f.is_symlink())
 
 
 def save_rollouts(path: Path, trajs: Sequence[dict]) -> None:

@@ -275,8 +275,10 @@ def checkpoints_on_disk(run_dir: Path) -> int:
 
 
 def disk_mb(path: Path) -> float:
-    """Bytes under `path` (files only, links not followed), in MiB."""
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink()) / MIB
+    """Bytes under `path` (`pipelines.checkpoints.dir_bytes`), in MiB."""
+    from pipelines.checkpoints import dir_bytes
+
+    return dir_bytes(path) / MIB
 
 
 def train_phase(config: str, steps: int, overrides: list[str], out: Path, phase: str) -> list[dict]:
