@@ -41,9 +41,7 @@ def init_ray(ray_cfg, **kwargs) -> bool:
     opts = {"namespace": ray_cfg.namespace, "log_to_driver": loud,
             "logging_level": logging.INFO if loud else logging.WARNING} | kwargs
     if local:
-        opts |= {"include_dashboard": False}
-        if ray_cfg.num_cpus:
-            opts["num_cpus"] = ray_cfg.num_cpus
+        opts |= local_cluster_options(ray_cfg)
         from cluster.leftovers import mark
 
         mark()  # before ray.init: every process of the cluster inherits it
@@ -57,6 +55,17 @@ def init_ray(ray_cfg, **kwargs) -> bool:
     log.info("Ray %s at %s; actor logs in %s", "started" if local else "joined",
              context.address_info.get("gcs_address"), context.address_info.get("session_dir"))
     return local
+
+
+def local_cluster_options(ray_cfg) -> dict:
+    """`ray.init` arguments for a cluster this program starts: no dashboard, `num_cpus` (logical CPUs)
+    and `object_store_memory` (bytes, from `object_store_gib`) when the config sets them."""
+    opts: dict = {"include_dashboard": False}
+    if ray_cfg.num_cpus:
+        opts["num_cpus"] = ray_cfg.num_cpus
+    if ray_cfg.object_store_gib:
+        opts["object_store_memory"] = int(ray_cfg.object_store_gib * 2**30)
+    return opts
 
 
 def shutdown_local_ray(grace_s: float = 5.0) -> list[int]:

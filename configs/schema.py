@@ -32,6 +32,11 @@ class RayConfig(StrictModel):
     num_cpus: int | None = Field(
         None, gt=0, description="CPUs for a locally started cluster; None = all of the machine's."
     )
+    object_store_gib: float | None = Field(
+        None, ge=0.1, description="Object store of a locally started cluster, GiB of shared memory; None = Ray's "
+        "default (30% of RAM). The store never hands /dev/shm back while Ray runs (ray#13768): over a long run its "
+        "allocator's high-water mark climbs towards this size, so CPU configs bound it to what a step needs.",
+    )
     namespace: str = Field("searchrl", description="Ray namespace for named actors.")
     call_timeout_s: float = Field(
         7200.0, gt=0, description="Deadline (seconds) of one remote call of a step: a rollout batch, a log-prob "
