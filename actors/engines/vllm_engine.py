@@ -89,13 +89,34 @@ def cpu_bind_string(ranks: int = 1) -> str:
     return "|".join(_id_ranges(cpus[i * per:(i + 1) * per]) for i in range(ranks))
 
 
+def engine_malloc() -> str | None:
+    """A malloc library for the vLLM CPU engine's processes to preload: Ray's bundled jemalloc
+    (`ray/core/libjemalloc.so`), or None when this Ray has none.
+
+    Why: vLLM's CPU worker expects tcmalloc in `LD_PRELOAD` (its wheel here bundles none). Under
+    glibc's malloc its heap grew ~28 MiB a minute for as long as it served (`scripts.soak serve`):
+    glibc's mmap threshold rises to the size of a freed large block (a batch's logits over Gemma's
+    262k vocabulary: ~16 MiB), so later blocks of varying sizes fragment the brk heap instead of
+    going back to the system.
+    """
+    import importlib.util
+
+    spec = importlib.util.find_spec("ray")
+    if spec is None or spec.origin is None:
+        return None
+    lib = Path(spec.origin).parent / "core" / "libjemalloc.so"
+    return str(lib) if lib.is_file() else None
+
+
 def set_cpu_env_defaults(ranks: int = 1) -> dict[str, str]:
     """Set vLLM CPU environment variables unless the user already set them; return what was set.
 
     `VLLM_CPU_OMP_THREADS_BIND` = this process's CPUs split over `ranks` (vLLM's "auto" default
     binds one logical CPU per physical core of a NUMA node; on large SMT servers "auto" may be the
     better choice: set it yourself), `VLLM_CPU_NUM_OF_RESERVED_CPU=0` (by default vLLM keeps one
-    core for itself: half of a 2-core machine).
+    core for itself: half of a 2-core machine), and `engine_malloc()` first in `LD_PRELOAD` (the
+    engine core and its workers are spawned, so they start with it) unless `LD_PRELOAD` already
+    names a malloc (tcmalloc, jemalloc, mimalloc) or `SEARCHRL_ENGINE_MALLOC=system`.
     """
     wanted = {"VLLM_CPU_OMP_THREADS_BIND": cpu_bind_string(ranks), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
     done = {}
@@ -103,6 +124,10 @@ def set_cpu_env_defaults(ranks: int = 1) -> dict[str, str]:
         if key not in os.environ:
             os.environ[key] = value
             done[key] = value
+    preload = os.environ.get("LD_PRELOAD", "")
+    lib = engine_malloc() if os.environ.get("SEARCHRL_ENGINE_MALLOC", "") != "system" else None
+    if lib and "malloc" not in preload:
+        os.environ["LD_PRELOAD"] = done["LD_PRELOAD"] = f"{lib}:{preload}" if preload else lib
     return done
 
 
