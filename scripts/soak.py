@@ -313,10 +313,13 @@ def train_phase(config: str, steps: int, overrides: list[str], out: Path, phase:
                 if not running:
                     break
                 time.sleep(2)
-        except BaseException:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(120)
+        except BaseException:  # stop the run as `kill PID` would: its own cleanup stops Ray and the engines
+            proc.send_signal(signal.SIGTERM)  # (SIGTERM to the group killed Ray's GCS first and orphaned an engine)
+            try:
+                proc.wait(180)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
             raise
     if proc.returncode != 0:
         raise RuntimeError(f"scripts.train ({phase}) exited with status {proc.returncode}; see {parent}/train.log")
