@@ -1,5 +1,5 @@
-"""The vLLM CPU engine's processes start with jemalloc preloaded (`set_cpu_env_defaults`): under
-glibc's malloc the served engine's heap grew for as long as it ran (issue 29's serve soak)."""
+"""The vLLM CPU engine's processes start with jemalloc preloaded (`engine_preload`, around the engine's
+start): under glibc's malloc the policy engine's worker grew ~37 MiB a minute in the training soak."""
 
 from __future__ import annotations
 
@@ -9,26 +9,36 @@ import sys
 
 import pytest
 
-from actors.engines.vllm_engine import engine_malloc, set_cpu_env_defaults
+from actors.engines.vllm_engine import engine_malloc, engine_preload
 
 
 @pytest.fixture
 def clean_env(monkeypatch):
-    for key in ("LD_PRELOAD", "SEARCHRL_ENGINE_MALLOC", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU"):
+    for key in ("LD_PRELOAD", "SEARCHRL_ENGINE_MALLOC"):
         monkeypatch.delenv(key, raising=False)
     return monkeypatch
 
 
-def test_jemalloc_goes_first_in_ld_preload_and_a_spawned_process_loads_it(clean_env):
+def _maps_of_a_spawned_process() -> str:
+    return subprocess.run([sys.executable, "-c", "print(open('/proc/self/maps').read())"], capture_output=True,
+                          text=True, check=True).stdout
+
+
+def test_jemalloc_goes_first_while_the_engine_starts_and_is_gone_after(clean_env):
     lib = engine_malloc()
     assert lib is not None and lib.endswith("libjemalloc.so"), "Ray's wheel bundles jemalloc"
+    with engine_preload() as preload:
+        assert preload == os.environ["LD_PRELOAD"] == lib
+        assert "libjemalloc.so" in _maps_of_a_spawned_process()
+    assert "LD_PRELOAD" not in os.environ  # what this process starts later keeps its own malloc
+    assert "libjemalloc.so" not in _maps_of_a_spawned_process()
+
+
+def test_a_preload_already_set_stays_behind_it_and_comes_back(clean_env):
     clean_env.setenv("LD_PRELOAD", "/x/libgomp.so.1")
-    done = set_cpu_env_defaults()
-    assert os.environ["LD_PRELOAD"] == f"{lib}:/x/libgomp.so.1" == done["LD_PRELOAD"]
-    os.environ["LD_PRELOAD"] = lib  # (the made-up libgomp would only make the loader complain)
-    maps = subprocess.run([sys.executable, "-c", "print(open('/proc/self/maps').read())"], capture_output=True,
-                          text=True, check=True).stdout
-    assert "libjemalloc.so" in maps
+    with engine_preload() as preload:
+        assert preload == f"{engine_malloc()}:/x/libgomp.so.1"
+    assert os.environ["LD_PRELOAD"] == "/x/libgomp.so.1"
 
 
 @pytest.mark.parametrize("preload, choice", [("/opt/libtcmalloc_minimal.so.4", ""), ("", "system")])
@@ -37,5 +47,5 @@ def test_a_malloc_the_user_chose_is_kept(clean_env, preload, choice):
         clean_env.setenv("LD_PRELOAD", preload)
     if choice:
         clean_env.setenv("SEARCHRL_ENGINE_MALLOC", choice)
-    done = set_cpu_env_defaults()
-    assert "LD_PRELOAD" not in done and os.environ.get("LD_PRELOAD", "") == preload
+    with engine_preload() as seen:
+        assert seen == preload and os.environ.get("LD_PRELOAD", "") == preload

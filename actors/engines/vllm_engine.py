@@ -114,9 +114,7 @@ def set_cpu_env_defaults(ranks: int = 1) -> dict[str, str]:
     `VLLM_CPU_OMP_THREADS_BIND` = this process's CPUs split over `ranks` (vLLM's "auto" default
     binds one logical CPU per physical core of a NUMA node; on large SMT servers "auto" may be the
     better choice: set it yourself), `VLLM_CPU_NUM_OF_RESERVED_CPU=0` (by default vLLM keeps one
-    core for itself: half of a 2-core machine), and `engine_malloc()` first in `LD_PRELOAD` (the
-    engine core and its workers are spawned, so they start with it) unless `LD_PRELOAD` already
-    names a malloc (tcmalloc, jemalloc, mimalloc) or `SEARCHRL_ENGINE_MALLOC=system`.
+    core for itself: half of a 2-core machine).
     """
     wanted = {"VLLM_CPU_OMP_THREADS_BIND": cpu_bind_string(ranks), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
     done = {}
@@ -124,11 +122,29 @@ def set_cpu_env_defaults(ranks: int = 1) -> dict[str, str]:
         if key not in os.environ:
             os.environ[key] = value
             done[key] = value
-    preload = os.environ.get("LD_PRELOAD", "")
-    lib = engine_malloc() if os.environ.get("SEARCHRL_ENGINE_MALLOC", "") != "system" else None
-    if lib and "malloc" not in preload:
-        os.environ["LD_PRELOAD"] = done["LD_PRELOAD"] = f"{lib}:{preload}" if preload else lib
     return done
+
+
+@contextlib.contextmanager
+def engine_preload():
+    """While the engine starts, `engine_malloc()` first in `LD_PRELOAD`: the engine core and its workers
+    are spawned then, so they start with it; afterwards this process's `LD_PRELOAD` is as it was (what
+    else it starts keeps its malloc). Nothing changes when `LD_PRELOAD` already names a malloc (tcmalloc,
+    jemalloc, mimalloc), with `SEARCHRL_ENGINE_MALLOC=system`, or without a bundled jemalloc.
+    Yields the `LD_PRELOAD` the engine starts with ("" = none)."""
+    before = os.environ.get("LD_PRELOAD")
+    lib = engine_malloc() if os.environ.get("SEARCHRL_ENGINE_MALLOC", "") != "system" else None
+    if not lib or "malloc" in (before or ""):
+        yield before or ""
+        return
+    os.environ["LD_PRELOAD"] = f"{lib}:{before}" if before else lib
+    try:
+        yield os.environ["LD_PRELOAD"]
+    finally:
+        if before is None:
+            os.environ.pop("LD_PRELOAD", None)
+        else:
+            os.environ["LD_PRELOAD"] = before
 
 
 class SearchRLWorkerExtension:
@@ -276,7 +292,8 @@ class VLLMEngine(NcclWeightTransfer):
         self.bucket_bytes = bucket_bytes
         self.tokenizer = AutoTokenizer.from_pretrained(model)
         self.weight_version = 0
-        self._engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
+        with engine_preload() if self.on_cpu else contextlib.nullcontext():
+            self._engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
         model_config = self._engine.model_config
         self.model_dtype = model_config.dtype
         self.vocab_size = model_config.get_vocab_size()
