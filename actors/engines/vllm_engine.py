@@ -94,10 +94,9 @@ def engine_malloc() -> str | None:
     (`ray/core/libjemalloc.so`), or None when this Ray has none.
 
     Why: vLLM's CPU worker expects tcmalloc in `LD_PRELOAD` (its wheel here bundles none). Under
-    glibc's malloc its heap grew ~28 MiB a minute for as long as it served (`scripts.soak serve`):
-    glibc's mmap threshold rises to the size of a freed large block (a batch's logits over Gemma's
-    262k vocabulary: ~16 MiB), so later blocks of varying sizes fragment the brk heap instead of
-    going back to the system.
+    glibc's malloc the policy engine's worker grew 37 MiB a minute in the training soak
+    (`scripts.soak train`); under jemalloc, 10-12. The frozen
+    generator's worker grew about 20 MiB a minute under either, so this is not all of it.
     """
     import importlib.util
 
