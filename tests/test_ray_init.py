@@ -26,8 +26,8 @@ GEMMA_270M_BF16_BYTES = 536_223_056
 
 
 def test_cpu_training_configs_bound_the_object_store():
-    """A weight sync holds two copies of the policy's weights at once; the CPU configs leave room for
-    that and not for a third (the store never gives /dev/shm back while Ray runs, so every slot it
+    """A weight sync holds one copy of the policy's weights; the CPU configs leave room for a second
+    (the last sync's, while it is freed) and not for a third (the store never gives /dev/shm back while Ray runs, so every slot it
     ever filled stays in /dev/shm)."""
     cap = load_config("configs/main_cpu.yaml").ray.object_store_gib * 2**30
     assert 2 * GEMMA_270M_BF16_BYTES < cap < 3 * GEMMA_270M_BF16_BYTES

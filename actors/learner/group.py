@@ -5,9 +5,9 @@ rendezvous address, and the driver hands every rank the same batch through the o
 (one copy); each rank takes its own rows. Results come back in batch order.
 
 Weight sync: every rank takes part in gathering the policy's weights (from ZeRO partitions); rank 0
-returns them to the driver, which puts them in the object store (two host copies: the returned list
-and the put), and every RolloutWorker loads them with `update_weights(weights, version)`. A
-collective broadcast into vLLM's workers would skip those copies (the learner issue's next step).
+returns them into the object store (one host copy), and the driver hands that ObjectRef, unread, to
+every RolloutWorker's `update_weights(weights, version)`. On GPUs, `learner.weight_sync: nccl`
+broadcasts into vLLM's workers instead (`actors.learner.nccl_sync`).
 """
 
 from __future__ import annotations
@@ -85,11 +85,18 @@ class LearnerGroup:
         return len(self.actors)
 
     def _all(self, method: str, *args: Any, timeout_s: float | None = None) -> list[Any]:
+        return self._get([getattr(a, method).remote(*args) for a in self.actors], method, timeout_s)
+
+    def _get(self, refs: list[Any], method: str, timeout_s: float | None = None) -> list[Any]:
+        """The ranks' results of `method` (`refs`, one per rank) within the call deadline.
+
+        Raises:
+            LearnerRankError: a rank (or its node) died.
+            actors.lifecycle.RemoteTimeoutError: past `timeout_s` (default `call_timeout_s`)."""
         from ray.exceptions import ActorUnavailableError, RayActorError
 
         from actors.lifecycle import get_within
 
-        refs = [getattr(a, method).remote(*args) for a in self.actors]
         try:
             return get_within(refs, timeout_s or self.call_timeout_s, f"{self.role} learner ranks: {method}")
         except (RayActorError, ActorUnavailableError) as e:
@@ -133,34 +140,34 @@ class LearnerGroup:
 
         Returns:
             {"sync_gather_s", "sync_load_s", "sync_s", "sync_bytes"}: seconds to gather the weights
-            on rank 0 and put them in the object store, seconds until every worker loaded them, the
-            total, and the bytes sent once.
+            into the object store on rank 0, seconds until every worker loaded them, the total, and
+            the bytes sent once.
+
+        Raises:
+            LearnerRankError: a rank died while gathering.
+            RuntimeError: a worker reports another version.
         """
         if self.config.weight_sync == "nccl":  # GPU: rank 0 broadcasts into the engines (actors.learner.nccl_sync)
             from actors.learner.nccl_sync import sync_over_nccl
 
             return sync_over_nccl(self, rollout_workers, version)
-        import ray
-
         from actors.lifecycle import get_within
 
         if self.role != "policy":
             raise ValueError("sync_weights: only the policy group has weights for the rollout workers")
         t0 = time.perf_counter()
-        named = self._all("named_weights", self.config.sync_dtype)[0]
-        ref = ray.put(named)
+        pairs = [a.sync_payload.options(num_returns=2).remote(self.config.sync_dtype) for a in self.actors]
+        size = self._get([size_ref for size_ref, _ in pairs], "sync_payload")[0]  # a dead rank raises here
+        weights_ref = pairs[0][1]  # rank 0's weights stay in the object store: the workers read them from there
+        del pairs
         t1 = time.perf_counter()
-        versions = get_within([w.update_weights.remote(ref, version) for w in rollout_workers], self.call_timeout_s,
-                              f"rollout workers: loading weights version {version}")
+        versions = get_within([w.update_weights.remote(weights_ref, version) for w in rollout_workers],
+                              self.call_timeout_s, f"rollout workers: loading weights version {version}")
         t2 = time.perf_counter()
+        del weights_ref  # the last reference: the object store frees the weights
         if any(v != version for v in versions):
             raise RuntimeError(f"sync_weights: workers report versions {versions}, expected {version}")
-        size = sum(t.numel() * t.element_size() for _, t in named)
-        del named, ref
-        from cluster.malloc_trim import malloc_trim
-
-        malloc_trim()  # the driver's copy of the weights is freed: hand its pages back (cluster/malloc_trim.py)
-        self._all("trim_memory")  # and the ranks' copies, with the step's batch
+        self._all("trim_memory")  # the ranks' gathered copies, with the step's batch
         return {"sync_gather_s": t1 - t0, "sync_load_s": t2 - t1, "sync_s": t2 - t0, "sync_bytes": float(size)}
 
     def save_checkpoint(self, directory: str, hf: bool = True) -> str:

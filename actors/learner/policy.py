@@ -175,6 +175,13 @@ class PolicyLearner(DeepSpeedRank):
         cast = torch_dtype(dtype) if dtype != "model" else None
         return [(name.removeprefix("lm."), t.to(cast) if cast else t) for name, t in state.items()]
 
+    def sync_payload(self, dtype: str = "bf16") -> tuple[int, list[tuple[str, torch.Tensor]] | None]:
+        """`(bytes, named_weights(dtype))` for `LearnerGroup.sync_weights`, called with two returns: the
+        driver reads the small size, and passes the weights' ObjectRef on to the rollout workers unread
+        (one object-store copy, none in the driver). Every rank must call; ranks other than 0 give (0, None)."""
+        named = self.named_weights(dtype)
+        return (sum(t.numel() * t.element_size() for _, t in named) if named else 0), named
+
     def _save_hf(self, directory: Path) -> None:
         from transformers import AutoTokenizer
 
