@@ -404,6 +404,12 @@ class TestVLLMGemma270M:
         eng = make_engine(EngineSpec(backend="vllm", model=GEMMA3_270M, max_model_len=512, cpu_kv_cache_gib=0.5))
         procs = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
         procs = [p for p in procs if "resource_tracker" not in " ".join(p.cmdline())]  # lives with this process
+        if not {"LD_PRELOAD", "ONEDNN_PRIMITIVE_CACHE_CAPACITY"} & set(os.environ):  # the user chose nothing:
+            for p in procs:  # the engine's processes start with jemalloc and without oneDNN's global cache
+                env = dict(kv.split("=", 1) for kv in Path(f"/proc/{p.pid}/environ").read_text().split("\0")
+                           if "=" in kv)
+                assert "libjemalloc.so" in env.get("LD_PRELOAD", "") and env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "0"
+            assert not {"LD_PRELOAD", "ONEDNN_PRIMITIVE_CACHE_CAPACITY"} & set(os.environ)  # this process: as it was
         shm = set()
         for p in procs:
             with contextlib.suppress(OSError):

@@ -1,5 +1,5 @@
-"""The vLLM CPU engine's processes start with jemalloc preloaded (`engine_preload`, around the engine's
-start): under glibc's malloc the policy engine's worker grew ~37 MiB a minute in the training soak."""
+"""Ray's bundled jemalloc is preloaded in the vLLM CPU engine's processes (`engine_preload`, around the
+engine's start) and in CPU learner ranks (`rank_runtime_env`): under glibc's malloc both grew in the training soak."""
 
 from __future__ import annotations
 
@@ -49,3 +49,14 @@ def test_a_malloc_the_user_chose_is_kept(clean_env, preload, choice):
         clean_env.setenv("SEARCHRL_ENGINE_MALLOC", choice)
     with engine_preload() as seen:
         assert seen == preload and os.environ.get("LD_PRELOAD", "") == preload
+
+
+def test_cpu_learner_ranks_start_with_jemalloc_and_gpu_ranks_do_not(clean_env):
+    from actors.learner.group import rank_runtime_env
+    from configs.schema import LearnerConfig
+
+    cpu = rank_runtime_env(LearnerConfig(model="m"))
+    assert cpu == {"runtime_env": {"env_vars": {"LD_PRELOAD": engine_malloc()}}}
+    assert rank_runtime_env(LearnerConfig(model="m", gpus_per_rank=1)) == {}
+    clean_env.setenv("SEARCHRL_LEARNER_MALLOC", "system")
+    assert rank_runtime_env(LearnerConfig(model="m")) == {}

@@ -152,6 +152,7 @@ def test_grpo_and_ppo_steps_follow_the_advantages(ray_local, policy_case):
         m = policy.update(batch.with_fields(ref_logprobs=ref), AlgorithmConfig(kl_coef=0.001))
         assert m["optimizer_steps"] == 1 and m["grad_norm"] > 0 and m["lr"] == pytest.approx(cfg["lr"])
         assert m["tokens"] == batch.num_policy_tokens()
+        assert m["sequence_tokens"] == int(batch.attention_mask.sum())  # every real token, once per epoch
         after, _ = policy.compute_logprobs(batch)
         change = mean_logprob_change(batch.old_logprobs, after, batch.loss_mask)
         assert (change[adv[:, 0] > 0] > 0).all() and (change[adv[:, 0] < 0] < 0).all(), change
@@ -243,6 +244,9 @@ def test_zero2_two_ranks_equal_one_rank(ray_local, tiny_gemma_dir):
         group = LearnerGroup("policy", learner_config(tiny_gemma_dir, num_ranks=ranks, shuffle=False))
         try:
             assert group.world_size == ranks
+            maps = ray_local.get([a.__ray_call__.remote(lambda self: open("/proc/self/maps").read())
+                                  for a in group.actors])
+            assert all("libjemalloc.so" in m for m in maps), "CPU ranks start with jemalloc (rank_runtime_env)"
             b, _ = with_grpo(group, batch, [1.0, 0.0, 0.5, 0.0])
             group.update(b, AlgorithmConfig(kl_coef=0.0))
             weights[ranks] = dict(ray_local.get(group.actors[0].named_weights.remote("fp32")))

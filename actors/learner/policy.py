@@ -96,7 +96,8 @@ class PolicyLearner(DeepSpeedRank):
 
         Returns:
             Means over micro-batches: policy_loss, kl, entropy, clip_frac, approx_kl, ratio_max;
-            per optimizer step: grad_norm, lr; plus optimizer_steps, tokens (policy tokens seen on this rank)
+            per optimizer step: grad_norm, lr; plus optimizer_steps, tokens (policy tokens seen on this rank),
+            sequence_tokens (prompt and response tokens the forward passes ran over, this rank)
             and update_s (seconds).
 
         Raises:
@@ -121,7 +122,7 @@ class PolicyLearner(DeepSpeedRank):
         self.engine.train()
         rows_metrics: list[dict[str, float]] = []
         step_metrics: list[dict[str, float]] = []
-        tokens = 0
+        tokens = sequence_tokens = 0
         for epoch in range(self.config.ppo_epochs):
             for mini_rows in self._plan(batch, epoch):
                 mini_mask = batch.loss_mask[mini_rows]  # the whole mini-batch's normaliser
@@ -149,12 +150,14 @@ class PolicyLearner(DeepSpeedRank):
                     self.engine.backward(loss * self._loss_scale(mb, mini_mask, algo.loss_agg), scale_wrt_gas=False)
                     self._optimizer_step()
                     tokens += int(mask.sum())
+                    sequence_tokens += int(mb.attention_mask.sum())
                     rows_metrics.append(row)
                 step_metrics.append({"grad_norm": self._last_grad_norm(),
                                      "lr": float(self.engine.get_lr()[0])})
         self.updates += 1
         out = {**mean_metrics(rows_metrics), **mean_metrics(step_metrics)}
-        out.update(optimizer_steps=float(len(step_metrics)), tokens=float(tokens), update_s=time.perf_counter() - t0)
+        out.update(optimizer_steps=float(len(step_metrics)), tokens=float(tokens),
+                   sequence_tokens=float(sequence_tokens), update_s=time.perf_counter() - t0)
         return out
 
     @staticmethod
