@@ -1,5 +1,5 @@
 """Ray's bundled jemalloc for the CPU processes that churn through large tensors: the vLLM engine's
-processes (`actors.engines.vllm_engine.engine_preload`) and the learner ranks (`LearnerGroup`).
+processes (`actors.engines.cpu_env.engine_preload`) and the learner ranks (`LearnerGroup`).
 
 Why: under glibc's malloc the policy engine's vLLM worker grew 37 MiB a minute in the training soak
 (`scripts.soak train`), and 10-12 under jemalloc; the learner rank's glibc `[heap]` grew 335 MiB over

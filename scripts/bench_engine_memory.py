@@ -10,7 +10,7 @@ passages for `--minutes`:
 - `fixed`: the same 8 prompts and 16 new tokens every batch.
 
 `--onednn-cache on` starts the engine with oneDNN's global primitive cache at its default size (1,024),
-`off` (the engine's default, `actors.engines.vllm_engine.ENGINE_ONEDNN_CACHE`) without it. Every 20 s it
+`off` (the engine's default, `actors.engines.cpu_env.ENGINE_ONEDNN_CACHE`) without it. Every 20 s it
 samples the RSS of the engine's `VLLM::Worker` processes. Ends with one line:
 `engine_memory: workload=... onednn_cache=... minutes=... requests=... requests_per_min=...
 worker_rss_first_mb=... worker_rss_last_mb=... growth_mb=...`; `requests_per_min` counts from minute 2,

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from actors.engines.vllm_engine import engine_malloc, engine_preload
+from actors.engines.cpu_env import engine_preload
+from cluster.jemalloc import bundled_jemalloc
 
 
 @pytest.fixture
@@ -25,7 +26,7 @@ def _maps_of_a_spawned_process() -> str:
 
 
 def test_jemalloc_goes_first_while_the_engine_starts_and_is_gone_after(clean_env):
-    lib = engine_malloc()
+    lib = bundled_jemalloc()
     assert lib is not None and lib.endswith("libjemalloc.so"), "Ray's wheel bundles jemalloc"
     with engine_preload() as preload:
         assert preload == os.environ["LD_PRELOAD"] == lib
@@ -37,7 +38,7 @@ def test_jemalloc_goes_first_while_the_engine_starts_and_is_gone_after(clean_env
 def test_a_preload_already_set_stays_behind_it_and_comes_back(clean_env):
     clean_env.setenv("LD_PRELOAD", "/x/libgomp.so.1")
     with engine_preload() as preload:
-        assert preload == f"{engine_malloc()}:/x/libgomp.so.1"
+        assert preload == f"{bundled_jemalloc()}:/x/libgomp.so.1"
     assert os.environ["LD_PRELOAD"] == "/x/libgomp.so.1"
 
 
@@ -56,7 +57,7 @@ def test_cpu_learner_ranks_start_with_jemalloc_and_gpu_ranks_do_not(clean_env):
     from configs.schema import LearnerConfig
 
     cpu = rank_runtime_env(LearnerConfig(model="m"))
-    assert cpu == {"runtime_env": {"env_vars": {"LD_PRELOAD": engine_malloc()}}}
+    assert cpu == {"runtime_env": {"env_vars": {"LD_PRELOAD": bundled_jemalloc()}}}
     assert rank_runtime_env(LearnerConfig(model="m", gpus_per_rank=1)) == {}
     clean_env.setenv("SEARCHRL_LEARNER_MALLOC", "system")
     assert rank_runtime_env(LearnerConfig(model="m")) == {}
