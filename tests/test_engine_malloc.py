@@ -1,5 +1,6 @@
 """Ray's bundled jemalloc is preloaded in the vLLM CPU engine's processes (`engine_preload`, around the
-engine's start) and in CPU learner ranks (`rank_runtime_env`): under glibc's malloc both grew in the training soak."""
+engine's start) and in CPU learner ranks (`rank_runtime_env`): under glibc's malloc both grew in the training soak.
+The ranks also start with bounded caches of oneDNN primitives."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from cluster.jemalloc import bundled_jemalloc
 
 @pytest.fixture
 def clean_env(monkeypatch):
-    for key in ("LD_PRELOAD", "SEARCHRL_ENGINE_MALLOC"):
+    for key in ("LD_PRELOAD", "SEARCHRL_ENGINE_MALLOC", "SEARCHRL_LEARNER_MALLOC", "ONEDNN_PRIMITIVE_CACHE_CAPACITY",
+                "LRU_CACHE_CAPACITY"):
         monkeypatch.delenv(key, raising=False)
     return monkeypatch
 
@@ -52,12 +54,17 @@ def test_a_malloc_the_user_chose_is_kept(clean_env, preload, choice):
         assert seen == preload and os.environ.get("LD_PRELOAD", "") == preload
 
 
-def test_cpu_learner_ranks_start_with_jemalloc_and_gpu_ranks_do_not(clean_env):
-    from actors.learner.group import rank_runtime_env
+def test_cpu_learner_ranks_start_with_jemalloc_and_a_bounded_onednn_cache_and_gpu_ranks_do_not(clean_env):
+    from actors.learner.group import LEARNER_ONEDNN_CACHE, rank_runtime_env
     from configs.schema import LearnerConfig
 
     cpu = rank_runtime_env(LearnerConfig(model="m"))
-    assert cpu == {"runtime_env": {"env_vars": {"LD_PRELOAD": bundled_jemalloc()}}}
+    assert cpu == {"runtime_env": {"env_vars": {"LD_PRELOAD": bundled_jemalloc(),
+                                                "ONEDNN_PRIMITIVE_CACHE_CAPACITY": LEARNER_ONEDNN_CACHE,
+                                                "LRU_CACHE_CAPACITY": LEARNER_ONEDNN_CACHE}}}
+    assert 0 < int(LEARNER_ONEDNN_CACHE) < 1024  # bounded below oneDNN's default, but a cache: 0 rebuilds every matmul
     assert rank_runtime_env(LearnerConfig(model="m", gpus_per_rank=1)) == {}
     clean_env.setenv("SEARCHRL_LEARNER_MALLOC", "system")
-    assert rank_runtime_env(LearnerConfig(model="m")) == {}
+    clean_env.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "512")  # the user's choice goes to the ranks as it is
+    assert rank_runtime_env(LearnerConfig(model="m")) == {"runtime_env": {"env_vars": {
+        "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "512", "LRU_CACHE_CAPACITY": LEARNER_ONEDNN_CACHE}}}

@@ -236,7 +236,7 @@ def test_off_policy_correction_weights_the_update(ray_local, tiny_gemma_dir):
 
 
 def test_zero2_two_ranks_equal_one_rank(ray_local, tiny_gemma_dir):
-    from actors.learner.group import LearnerGroup
+    from actors.learner.group import LEARNER_CACHE_VARS, LEARNER_ONEDNN_CACHE, LearnerGroup
 
     batch = make_train_batch(synthetic_trajectories(4, seed=1), pad_token_id=0)
     weights = {}
@@ -247,6 +247,9 @@ def test_zero2_two_ranks_equal_one_rank(ray_local, tiny_gemma_dir):
             maps = ray_local.get([a.__ray_call__.remote(lambda self: open("/proc/self/maps").read())
                                   for a in group.actors])
             assert all("libjemalloc.so" in m for m in maps), "CPU ranks start with jemalloc (rank_runtime_env)"
+            caches = ray_local.get([a.__ray_call__.remote(lambda self: [os.environ.get(v) for v in LEARNER_CACHE_VARS])
+                                    for a in group.actors])
+            assert caches == [[os.environ.get(v, LEARNER_ONEDNN_CACHE) for v in LEARNER_CACHE_VARS]] * ranks
             b, _ = with_grpo(group, batch, [1.0, 0.0, 0.5, 0.0])
             group.update(b, AlgorithmConfig(kl_coef=0.0))
             weights[ranks] = dict(ray_local.get(group.actors[0].named_weights.remote("fp32")))

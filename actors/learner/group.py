@@ -12,6 +12,7 @@ broadcasts into vLLM's workers instead (`actors.learner.nccl_sync`).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -30,16 +31,32 @@ class LearnerRankError(RuntimeError):
     the group must be rebuilt from a checkpoint (`pipelines.train.Trainer.recover_learners`)."""
 
 
+LEARNER_ONEDNN_CACHE = "64"
+"""Size of the two caches of oneDNN primitives in a CPU learner rank: oneDNN's own (`ONEDNN_PRIMITIVE_CACHE_CAPACITY`)
+and ideep's, torch's wrapper of oneDNN (`LRU_CACHE_CAPACITY`); both default to 1,024. torch's bf16 matmuls on CPU run
+as oneDNN primitives, one per shape, so every micro-batch of a new sequence length adds some. At 1,024 a rank grew
+736 MiB over 15 updates of varied lengths, at 64 140 MiB, and ~5% slower per token (`scripts.bench_learner_memory`);
+with one fixed batch it stays flat either way."""
+
+LEARNER_CACHE_VARS = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
+
+
 def rank_runtime_env(config: LearnerConfig) -> dict[str, Any]:
-    """Ray options for CPU learner ranks: `{"runtime_env": {"env_vars": {"LD_PRELOAD": <jemalloc>}}}`, so
-    each rank's process starts with Ray's bundled jemalloc (`cluster.jemalloc`; under glibc's malloc a
-    rank's heap grew 335 MiB over the 40-step training soak). `{}` on GPUs, with
-    `SEARCHRL_LEARNER_MALLOC=system`, or when `LD_PRELOAD` already names a malloc. Ray merges these
-    `env_vars` into the job's runtime_env."""
+    """Ray options for CPU learner ranks: `{"runtime_env": {"env_vars": {...}}}` with
+    - `LD_PRELOAD`: Ray's bundled jemalloc (`cluster.jemalloc`; under glibc's malloc a rank's heap grew 335 MiB over
+      the 40-step training soak), unless `SEARCHRL_LEARNER_MALLOC=system` or `LD_PRELOAD` already names a malloc;
+    - `ONEDNN_PRIMITIVE_CACHE_CAPACITY` and `LRU_CACHE_CAPACITY`: `LEARNER_ONEDNN_CACHE`, or the value set in this
+      process's environment.
+    `{}` on GPUs. Ray merges these `env_vars` into the job's runtime_env."""
     from cluster.jemalloc import jemalloc_preload
 
-    preload = None if config.gpus_per_rank else jemalloc_preload("SEARCHRL_LEARNER_MALLOC")
-    return {"runtime_env": {"env_vars": {"LD_PRELOAD": preload}}} if preload else {}
+    if config.gpus_per_rank:
+        return {}
+    env = {var: os.environ.get(var, LEARNER_ONEDNN_CACHE) for var in LEARNER_CACHE_VARS}
+    preload = jemalloc_preload("SEARCHRL_LEARNER_MALLOC")
+    if preload:
+        env["LD_PRELOAD"] = preload
+    return {"runtime_env": {"env_vars": env}}
 
 
 class LearnerGroup:
