@@ -139,7 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.onednn_cache is not None:
         if not args.onednn_cache.isdigit():
             ap.error(f"--onednn-cache must be a non-negative integer, got {args.onednn_cache!r}")
-        for var in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):  # the ranks keep what the user set
+        from actors.learner.group import LEARNER_CACHE_VARS
+
+        for var in LEARNER_CACHE_VARS:  # the ranks keep what the user set
             os.environ[var] = args.onednn_cache
     with user_errors():
         summary = run(args, cfg)

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from actors.engines.cpu_env import ONEDNN_CACHE_VAR
 from actors.learner.batch import TrainBatch
 from actors.learner.critic import CriticLearner
 from actors.learner.policy import PolicyLearner
@@ -35,10 +36,10 @@ LEARNER_ONEDNN_CACHE = "64"
 """Size of the two caches of oneDNN primitives in a CPU learner rank: oneDNN's own (`ONEDNN_PRIMITIVE_CACHE_CAPACITY`)
 and ideep's, torch's wrapper of oneDNN (`LRU_CACHE_CAPACITY`); both default to 1,024. torch's bf16 matmuls on CPU run
 as oneDNN primitives, one per shape, so every micro-batch of a new sequence length adds some. At 1,024 a rank grew
-736 MiB over 15 updates of varied lengths, at 64 140 MiB, and ~5% slower per token (`scripts.bench_learner_memory`);
-with one fixed batch it stays flat either way."""
+736 MiB over 15 updates of varied lengths, at 64 140 MiB (`scripts.bench_learner_memory`); per token 64 was 3-7%
+slower in that run and 11-16% faster in a run on 16-sequence batches. With one fixed batch the rank stays flat."""
 
-LEARNER_CACHE_VARS = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
+LEARNER_CACHE_VARS = (ONEDNN_CACHE_VAR, "LRU_CACHE_CAPACITY")
 
 
 def rank_runtime_env(config: LearnerConfig) -> dict[str, Any]:
