@@ -9,6 +9,8 @@ requests (which must get a 4xx). Every minute it records latency percentiles and
 and open descriptors of every process of the app (the server and all its descendants: Ray's
 processes, Serve's proxy and replicas, the vLLM engine core), /dev/shm and Ray's object-store use.
 Then SIGTERM: it times the stop and lists any process of the app left behind.
+SIGTERM or Ctrl-C to the soak itself is passed on to the app, which gets to stop cleanly before the
+soak exits (`stopping_child_on_exit`).
 
 `train` runs `scripts.train` with `configs/soak_train_cpu.yaml` (the main job's model and recipe,
 cut to a step of under a minute, checkpoints every 10 steps, learner_recovery: snapshot) for
@@ -39,6 +41,16 @@ from pathlib import Path
 from scripts import soak_report as report
 
 MIB = 1024 * 1024
+SERVE_STOP_WAIT_S = 120.0  # seconds scripts.serve gets to stop (its own deadline is 60 s) before SIGKILL
+
+
+def train_stop_wait_s() -> float:
+    """Seconds scripts.train gets to stop before SIGKILL: its own exit deadline (it may finish an update
+    and a checkpoint first; `pipelines.graceful_stop.STOP_TIMEOUT_S`, SEARCHRL_STOP_TIMEOUT_S) + 30."""
+    from cluster.exit_deadline import stop_timeout_s
+    from pipelines.graceful_stop import STOP_TIMEOUT_S
+
+    return stop_timeout_s(STOP_TIMEOUT_S) + 30.0
 
 
 # ----------------------------------------------------------------------------- process figures
@@ -102,6 +114,43 @@ def measure(root_pid: int, with_object_store: bool = True) -> dict:
             "object_store_mb": object_store_mb() if with_object_store else None}
 
 
+def stop_child(proc: subprocess.Popen, wait_s: float) -> bool:
+    """Stop `proc` as `kill PID` would, so its own cleanup stops Ray and the engines: SIGTERM to it alone
+    (SIGTERM to its group killed Ray's GCS first and orphaned an engine), then up to `wait_s` seconds;
+    past that, SIGKILL to its whole process group. True when it exited within `wait_s`."""
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(wait_s)
+        return True
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return False
+
+
+@contextlib.contextmanager
+def stopping_child_on_exit(proc: subprocess.Popen, wait_s: float):
+    """Inside: any exception (KeyboardInterrupt from Ctrl-C, or from SIGTERM with `stop_on_sigterm`)
+    first stops `proc` with `stop_child(proc, wait_s)`, then propagates. `proc` runs in its own session,
+    so a signal to the soak does not reach it by itself."""
+    try:
+        yield
+    except BaseException:
+        stop_child(proc, wait_s)
+        raise
+
+
+def stop_on_sigterm() -> None:
+    """Make SIGTERM stop the soak as Ctrl-C does (KeyboardInterrupt), so `stopping_child_on_exit`
+    forwards it to the app; the wait there bounds the stop, so no exit deadline is armed here."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 def stop_and_check(proc: subprocess.Popen, pids: set[int], deadline_s: float = 120.0) -> tuple[float, list[str]]:
     """SIGTERM the app's main process; seconds until it exited (its whole group is killed after
     `deadline_s`) and `name (pid)` of each process of the app still alive 5 s after that, the
@@ -111,15 +160,7 @@ def stop_and_check(proc: subprocess.Popen, pids: set[int], deadline_s: float = 1
     from cluster.leftovers import leftovers
 
     t = time.perf_counter()
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(deadline_s)
-        stop_s = time.perf_counter() - t
-    except subprocess.TimeoutExpired:
-        stop_s = float("inf")
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    stop_s = time.perf_counter() - t if stop_child(proc, deadline_s) else float("inf")
     time.sleep(5)
     left = []
     for pid in sorted(pids):
@@ -248,15 +289,11 @@ def soak_serve(args) -> int:
            f"serve.port={args.port}", "serve.host=127.0.0.1", *args.overrides]
     with open(out / "serve.log", "w") as server_log:
         proc = subprocess.Popen(cmd, stdout=server_log, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
+        with stopping_child_on_exit(proc, SERVE_STOP_WAIT_S):
             wait_healthy(url, proc, args.start_timeout_s)
             print(f"serving at {url}; {args.clients} clients for {args.minutes} min", flush=True)
             series, by_kind = asyncio.run(drive(url, questions, args.clients, args.minutes, proc.pid,
                                                 cfg.serve.request_timeout_s + 30, sys.stdout))
-        except BaseException:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            raise
         pids = {p.pid for p in app_processes(proc.pid)}
         stop_s, left = stop_and_check(proc, pids)
     summary = report.summarize_serve(series, stop_s, left)
@@ -291,7 +328,7 @@ def train_phase(config: str, steps: int, overrides: list[str], out: Path, phase:
     series: list[dict] = []
     with open(parent / "train.log", "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
+        with stopping_child_on_exit(proc, train_stop_wait_s()):
             seen = 0
             while True:
                 running = proc.poll() is None
@@ -313,14 +350,6 @@ def train_phase(config: str, steps: int, overrides: list[str], out: Path, phase:
                 if not running:
                     break
                 time.sleep(2)
-        except BaseException:  # stop the run as `kill PID` would: its own cleanup stops Ray and the engines
-            proc.send_signal(signal.SIGTERM)  # (SIGTERM to the group killed Ray's GCS first and orphaned an engine)
-            try:
-                proc.wait(180)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-            raise
     if proc.returncode != 0:
         raise RuntimeError(f"scripts.train ({phase}) exited with status {proc.returncode}; see {parent}/train.log")
     return series
@@ -384,6 +413,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("overrides are key=value")
     if (args.kind == "serve" and args.minutes < 1) or (args.kind == "train" and args.steps < 2):
         parser.error("--minutes must be >= 1 and --steps >= 2")
+    stop_on_sigterm()
     return soak_serve(args) if args.kind == "serve" else soak_train(args)
 
 

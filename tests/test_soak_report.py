@@ -114,6 +114,50 @@ def test_measure_and_stop_see_the_whole_process_tree(tmp_path):
                 os.kill(pid, 9)
 
 
+_APP = """
+import pathlib, signal, sys, time
+def stop(signum, frame):
+    time.sleep(1)  # a cleanup that takes a while
+    pathlib.Path(sys.argv[1]).write_text("stopped cleanly")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+_SOAK = """
+import subprocess, sys, time
+from scripts import soak
+soak.stop_on_sigterm()
+app = subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2]], stdout=subprocess.PIPE,
+                       start_new_session=True)
+app.stdout.readline()
+print(app.pid, flush=True)
+with soak.stopping_child_on_exit(app, 30):
+    time.sleep(120)
+"""
+
+
+def test_sigterm_to_the_soak_stops_its_app_cleanly_first(tmp_path):
+    """SIGTERM to the soak reaches the app (in its own session) as SIGTERM; the soak exits only after
+    the app's own cleanup has run, and leaves no process behind."""
+    import psutil
+
+    marker = tmp_path / "stopped"
+    soak = subprocess.Popen([sys.executable, "-c", _SOAK, _APP, str(marker)], stdout=subprocess.PIPE,
+                            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), text=True)
+    app_pid = int(soak.stdout.readline())
+    try:
+        soak.send_signal(15)
+        soak.wait(20)
+        assert marker.read_text() == "stopped cleanly"
+        assert not psutil.pid_exists(app_pid) or psutil.Process(app_pid).status() == psutil.STATUS_ZOMBIE
+    finally:
+        for pid in (soak.pid, app_pid):
+            with __import__("contextlib").suppress(ProcessLookupError):
+                os.kill(pid, 9)
+
+
 def test_run_dir_figures(tmp_path):
     (tmp_path / "checkpoints" / "step-10").mkdir(parents=True)
     (tmp_path / "checkpoints" / "step-20").mkdir()
