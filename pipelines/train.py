@@ -408,7 +408,7 @@ class Trainer:
         """Stop every actor of the run: learners, then the rest newest first (engines shut down before
         their actors go: vLLM and DeepSpeed leave /dev/shm files otherwise); then every node sweeps
         what killed engines and ranks left in its /dev/shm (`cluster.node_cleanup`)."""
-        from actors.learner.shm import sweep_stale_shm
+        from actors.learner.shm import STOP_SWEEP_MIN_AGE_S, sweep_stale_shm
 
         if self.ahead is not None:
             self.ahead.close()
@@ -428,8 +428,8 @@ class Trainer:
         from cluster.node_cleanup import sweep_every_node
 
         if ray.is_initialized():
-            sweep_every_node()  # what a killed engine or rank left in each node's /dev/shm
-        sweep_stale_shm()  # and the driver's own node, even when it is not one of the cluster's
+            sweep_every_node(STOP_SWEEP_MIN_AGE_S)  # what a killed engine or rank left in each node's /dev/shm
+        sweep_stale_shm(STOP_SWEEP_MIN_AGE_S)  # and the driver's own node, even when it is not one of the cluster's
 
 
 def train(cfg: Config, resume: str | Path | None = None, progress: bool = True) -> Path:

@@ -15,7 +15,9 @@ soak exits (`stopping_child_on_exit`).
 `train` runs `scripts.train` with `configs/soak_train_cpu.yaml` (the main job's model and recipe,
 cut to a step of under a minute, checkpoints every 10 steps, learner_recovery: snapshot) for
 `--steps`, then `--full-steps` of the main job's own config, recording per step the step time and its
-phases, the same memory figures, the run directory's size and the checkpoints kept.
+phases, the same memory figures, the run directory's size and the checkpoints kept. Between the two, a
+fresh run of `--control-steps` steps repeats the long run's first steps on the same data: how much
+slower it is than the long run's start is the machine's own drift, not something the run accumulated.
 
 Each prints one `soak:` line (scripts.soak_report) and writes `<out>/soak.json` (the series, the
 summary and the failed checks) and `<out>/soak.png`. Exit status 0 when every check of issue 29 holds,
@@ -363,9 +365,13 @@ def soak_train(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     series = train_phase(args.config, args.steps, args.overrides, out, "short")
-    summary = report.summarize_train(series, cfg.train.keep_checkpoints)
-    failed = report.check_train(summary)
     extra: dict = {}
+    control: list[dict] = []
+    if args.control_steps:  # the same steps again, fresh, right away: how much the machine itself drifted
+        control = train_phase(args.config, args.control_steps, args.overrides, out, "control")
+        extra["control"] = {"series": control}
+    summary = report.summarize_train(series, cfg.train.keep_checkpoints, control)
+    failed = report.check_train(summary)
     if args.full_steps:
         full = train_phase(args.full_config, args.full_steps, [], out, "full")
         extra["full"] = {"series": full, "summary": report.summarize_train(full, None)}
@@ -389,7 +395,8 @@ def finish(out: Path, series: list[dict], summary: dict, failed: list[str], line
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point (exit 0: every check holds; 1: one does not; 2: bad arguments)."""
+    """Entry point (exit 0: every check holds; 1: one does not; 2: bad arguments; 130: stopped by SIGTERM or
+    Ctrl-C, after the app it started has stopped)."""
     parser = argparse.ArgumentParser(prog="python -m scripts.soak", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="kind", required=True)
     serve = sub.add_parser("serve", help="drive scripts.serve from concurrent clients")
@@ -403,6 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     train = sub.add_parser("train", help="a long scripts.train run, then the main job's size")
     train.add_argument("--steps", type=int, default=40)
     train.add_argument("--config", default="configs/soak_train_cpu.yaml")
+    train.add_argument("--control-steps", type=int, default=6,
+                       help="then a fresh run of --config for this many steps, to tell the machine's drift (0: none)")
     train.add_argument("--full-steps", type=int, default=10, help="steps of --full-config after it (0: none)")
     train.add_argument("--full-config", default="configs/main_cpu.yaml")
     train.add_argument("--out", default="runs/soak-train")
@@ -413,8 +422,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("overrides are key=value")
     if (args.kind == "serve" and args.minutes < 1) or (args.kind == "train" and args.steps < 2):
         parser.error("--minutes must be >= 1 and --steps >= 2")
+    if args.kind == "train" and args.control_steps and not 2 <= args.control_steps <= args.steps:
+        parser.error("--control-steps must be 0 (none) or from 2 to --steps")
     stop_on_sigterm()
-    return soak_serve(args) if args.kind == "serve" else soak_train(args)
+    try:
+        return soak_serve(args) if args.kind == "serve" else soak_train(args)
+    except KeyboardInterrupt as e:  # the app has been stopped (stopping_child_on_exit)
+        print(f"soak stopped by {e or 'SIGINT'} before its end; no soak line", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -117,14 +117,35 @@ def serve_line(s: dict) -> str:
             f"fds_growth={s['fds_growth']:.0f} stop_s={s['stop_s']:.1f}")
 
 
-def summarize_train(series: Sequence[dict], keep_checkpoints: int | None) -> dict:
+def machine_drift(series: Sequence[dict], control: Sequence[dict]) -> dict:
+    """How much the machine itself slowed over the soak. `control` is a fresh run of the same config,
+    started right after the long one `series`: its first steps repeat the long run's first steps on the
+    same data, with nothing carried over. Returns `control_steps`, `s_per_step_start` and
+    `s_per_step_control` (medians of steps 2..N of each, seconds) and `machine_drift` (their ratio; above
+    1: the machine was slower at the end); {} when the control has fewer than 2 steps."""
+    n = min(len(control), len(series))
+    if n < 2:
+        return {}
+    start = statistics.median(r["step_s"] for r in series[1:n])
+    again = statistics.median(r["step_s"] for r in control[1:n])
+    return {"control_steps": n, "s_per_step_start": start, "s_per_step_control": again,
+            "machine_drift": again / start}
+
+
+def summarize_train(series: Sequence[dict], keep_checkpoints: int | None,
+                    control: Sequence[dict] = ()) -> dict:
     """The train soak's figures: median seconds per step over steps 2-11 and over the last 10, RSS and
     /dev/shm growth from step 2 to the end (MiB), the run's size on disk at the end (GB) and the
-    largest number of checkpoints kept at once."""
+    largest number of checkpoints kept at once; with a `control` run, `machine_drift`'s figures and
+    `step_time_growth_own` (the last 10's growth over steps 2-11, divided by the machine's drift)."""
     steps = [r["step_s"] for r in series]
     base = series[1] if len(series) > 1 else (series[0] if series else {})
     end = series[-1] if series else {}
-    return {"steps": len(series),
+    drift = machine_drift(series, control)
+    if drift and len(steps) > 1:
+        growth = statistics.median(steps[-10:]) / statistics.median(steps[1:11])
+        drift["step_time_growth_own"] = growth / drift["machine_drift"]
+    return {**drift, "steps": len(series),
             "s_per_step_first10": statistics.median(steps[1:11]) if len(steps) > 1 else float("nan"),
             "s_per_step_last10": statistics.median(steps[-10:]) if steps else float("nan"),
             "rss_growth_mb": float(end.get("rss_mb", 0) - base.get("rss_mb", 0)),
@@ -136,11 +157,18 @@ def summarize_train(series: Sequence[dict], keep_checkpoints: int | None) -> dic
 
 def check_train(summary: dict) -> list[str]:
     """Issue 29's training conditions that do not hold, one line each (empty: all hold). The checkpoint
-    bound allows the best checkpoint beside the last `keep_checkpoints`."""
+    bound allows the best checkpoint beside the last `keep_checkpoints`. With a control run, the step time
+    must also hold once the machine's own drift is divided out; the plain step-time check stays."""
     s, failed = summary, []
     if not s["s_per_step_last10"] <= STEP_TIME_GROWTH_MAX * s["s_per_step_first10"]:
+        why = (f"; a fresh run of the same config right after took {s['machine_drift']:.2f}x as long as this "
+               f"run's steps 2-{s['control_steps']}, so {s['step_time_growth_own']:.2f}x is this run's own"
+               if "machine_drift" in s else "")
         failed.append(f"step time grew: last 10 {s['s_per_step_last10']:.1f} s vs steps 2-11 "
-                      f"{s['s_per_step_first10']:.1f} s (limit {STEP_TIME_GROWTH_MAX}x)")
+                      f"{s['s_per_step_first10']:.1f} s (limit {STEP_TIME_GROWTH_MAX}x){why}")
+    if s.get("step_time_growth_own", 0) > STEP_TIME_GROWTH_MAX:
+        failed.append(f"step time grew {s['step_time_growth_own']:.2f}x beyond the machine's own drift "
+                      f"({s['machine_drift']:.2f}x; limit {STEP_TIME_GROWTH_MAX}x)")
     if s["rss_growth_mb"] > TRAIN_RSS_FLAT_MB:
         failed.append(f"RSS grew {s['rss_growth_mb']:.0f} MiB after step 2 (flat: <= {TRAIN_RSS_FLAT_MB:.0f})")
     if s["shm_growth_mb"] > SHM_FLAT_MB:
@@ -153,11 +181,14 @@ def check_train(summary: dict) -> list[str]:
 
 def train_line(s: dict) -> str:
     """`soak: kind=train steps=... s_per_step_first10=... s_per_step_last10=... rss_growth_mb=...
-    shm_growth_mb=... disk_gb=... checkpoints_kept=...`"""
+    shm_growth_mb=... disk_gb=... checkpoints_kept=...`, then `s_per_step_control=... machine_drift=...`
+    with a control run."""
     return (f"soak: kind=train steps={s['steps']} s_per_step_first10={s['s_per_step_first10']:.1f} "
             f"s_per_step_last10={s['s_per_step_last10']:.1f} rss_growth_mb={s['rss_growth_mb']:.0f} "
             f"shm_growth_mb={s['shm_growth_mb']:.0f} disk_gb={s['disk_gb']:.2f} "
-            f"checkpoints_kept={s['checkpoints_kept']}")
+            f"checkpoints_kept={s['checkpoints_kept']}" + (
+                f" s_per_step_control={s['s_per_step_control']:.1f} machine_drift={s['machine_drift']:.2f}"
+                if "machine_drift" in s else ""))
 
 
 def plot(series: Sequence[dict], x: str, panels: Sequence[tuple[str, str]], path: Path, title: str) -> Path:

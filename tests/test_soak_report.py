@@ -86,6 +86,31 @@ def test_train_summary_and_checks():
     assert report.check_train(report.summarize_train(_train_series(checkpoints=3), 2)) == []  # + the best
 
 
+def test_control_run_separates_the_machine_drift_from_the_run_own_growth():
+    """Steps 2-6 of a fresh control run take 1.4x those of the long run's start: a long run whose last 10
+    steps are 1.4x slower fails the plain check but has grown 1.0x on its own; one 1.4x slower while the
+    machine held fails both."""
+    slow_end = _train_series(slow_last=1.4)
+    machine_slowed = [dict(r, step_s=r["step_s"] * 1.4) for r in _train_series()[:6]]
+    summary = report.summarize_train(slow_end, 2, machine_slowed)
+    assert summary["machine_drift"] == pytest.approx(1.4) and summary["step_time_growth_own"] == pytest.approx(1.0)
+    failed = report.check_train(summary)
+    assert len(failed) == 1 and "step time grew" in failed[0] and "1.00x is this run's own" in failed[0]
+    assert report.train_line(summary).endswith("s_per_step_control=70.0 machine_drift=1.40")
+    steady = report.summarize_train(slow_end, 2, _train_series()[:6])
+    failed = report.check_train(steady)
+    assert len(failed) == 2 and "1.40x is this run's own" in failed[0] and "beyond the machine's" in failed[1]
+    assert report.machine_drift(slow_end, _train_series()[:1]) == {}
+
+
+def test_soak_rejects_a_control_run_of_one_step():
+    from scripts.soak import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--steps", "10", "--control-steps", "1"])
+    assert e.value.code == 2
+
+
 def test_plot_writes_a_png(tmp_path):
     path = report.plot(_serve_series(minutes=3), "minute", [("p99_s", "p99"), ("object_store_mb", "store")],
                        tmp_path / "s.png", "serve")
@@ -131,9 +156,9 @@ from scripts import soak
 soak.stop_on_sigterm()
 app = subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2]], stdout=subprocess.PIPE,
                        start_new_session=True)
-app.stdout.readline()
-print(app.pid, flush=True)
 with soak.stopping_child_on_exit(app, 30):
+    app.stdout.readline()
+    print(app.pid, flush=True)
     time.sleep(120)
 """
 

@@ -11,6 +11,12 @@ from pathlib import Path
 
 PATTERNS = ("psm_*", "deepspeed_allreduce_buffer_*")
 
+# Age (s) below which the sweep at the end of a run keeps a file. Every engine of the run has stopped by then,
+# and a live engine of another run maps or holds open its segments from their creation on (the sweep spares
+# those), so a short guard suffices. With the default 60 s, a segment an engine wrote to in its last minute
+# stayed behind: 160 MiB after a 10-step soak run.
+STOP_SWEEP_MIN_AGE_S = 5.0
+
 
 def mapped_shm_files(shm_dir: str = "/dev/shm") -> set[str]:
     """Paths under `shm_dir` some live process maps or holds open (readable /proc entries only)."""
