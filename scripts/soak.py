@@ -146,14 +146,17 @@ def stopping_child_on_exit(proc: subprocess.Popen, wait_s: float):
 
 def stop_on_sigterm() -> None:
     """Make SIGTERM stop the soak as Ctrl-C does (KeyboardInterrupt), so `stopping_child_on_exit`
-    forwards it to the app; the wait there bounds the stop, so no exit deadline is armed here."""
+    forwards it to the app. Not `scripts.cli.sigterm_as_interrupt`: the exit deadline it arms (60 s) kills
+    this process's children, and scripts.train may take up to its own deadline to stop cleanly. The wait
+    in `stopping_child_on_exit` bounds the stop instead."""
     def interrupt(signum, frame):
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
     signal.signal(signal.SIGTERM, interrupt)
 
 
-def stop_and_check(proc: subprocess.Popen, pids: set[int], deadline_s: float = 120.0) -> tuple[float, list[str]]:
+def stop_and_check(proc: subprocess.Popen, pids: set[int],
+                   deadline_s: float = SERVE_STOP_WAIT_S) -> tuple[float, list[str]]:
     """SIGTERM the app's main process; seconds until it exited (its whole group is killed after
     `deadline_s`) and `name (pid)` of each process of the app still alive 5 s after that, the
     `cluster.leftovers`-marked ones included."""

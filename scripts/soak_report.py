@@ -141,13 +141,12 @@ def summarize_train(series: Sequence[dict], keep_checkpoints: int | None,
     steps = [r["step_s"] for r in series]
     base = series[1] if len(series) > 1 else (series[0] if series else {})
     end = series[-1] if series else {}
+    first10 = statistics.median(steps[1:11]) if len(steps) > 1 else float("nan")
+    last10 = statistics.median(steps[-10:]) if steps else float("nan")
     drift = machine_drift(series, control)
-    if drift and len(steps) > 1:
-        growth = statistics.median(steps[-10:]) / statistics.median(steps[1:11])
-        drift["step_time_growth_own"] = growth / drift["machine_drift"]
-    return {**drift, "steps": len(series),
-            "s_per_step_first10": statistics.median(steps[1:11]) if len(steps) > 1 else float("nan"),
-            "s_per_step_last10": statistics.median(steps[-10:]) if steps else float("nan"),
+    if drift:
+        drift["step_time_growth_own"] = last10 / first10 / drift["machine_drift"]
+    return {**drift, "steps": len(series), "s_per_step_first10": first10, "s_per_step_last10": last10,
             "rss_growth_mb": float(end.get("rss_mb", 0) - base.get("rss_mb", 0)),
             "shm_growth_mb": float(end.get("shm_mb", 0) - base.get("shm_mb", 0)),
             "disk_gb": end.get("disk_mb", 0) / 1024, "checkpoints_kept": max((r["checkpoints"] for r in series),
