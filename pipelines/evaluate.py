@@ -61,6 +61,7 @@ from typing import Any
 
 from actors.engines.spec import EngineSpec, engine_spec
 from pipelines.eval_inputs import (  # noqa: F401  (re-exported: callers import them from here)
+    BASELINES,
     DEFAULT_METHODS,
     METHODS,
     EvaluationError,
@@ -82,7 +83,7 @@ from pipelines.eval_rows import (
     prediction_line,
 )
 from pipelines.judge_agreement import agreement_note, judge_agreement
-from recipes import RECIPES, recipe_class
+from recipes import recipe_class
 from recipes.base import ANSWER_PROMPT
 from recipes.metrics import span_check
 
@@ -136,7 +137,7 @@ def plan_methods(cfg: Any, methods: Sequence[str], checkpoint: str | None) -> li
             raise EvaluationError("--methods rstool: its answers come from the policy's evidence; add policy")
     plans = []
     for m in (m for m in methods if m != "rstool"):  # rstool runs no episodes of its own
-        if m in RECIPES and not RECIPES[m].trainable:  # a baseline recipe: the frozen generator answers
+        if m in BASELINES:  # the frozen generator answers, whatever recipe trains (naive_rag is trainable too)
             # Chat as the frozen generator decides it (None = when its tokenizer has a template).
             plans.append(_Plan(m, m, {"topk": cfg.eval_topk}, gen_spec, gen_res, gen_limits, None))
         else:
@@ -340,7 +341,7 @@ def evaluate(
                                             int(r["searches"]), flag, acc, qid=str(r.get("id", ""))))
                     judged.append((r, verdict))
                     f.write(json.dumps(prediction_line(method, recipe, r, gen_acc=flag, judge=verdict, acc_l=acc,
-                                                       searcher=recipe_class(recipe).trainable)) + "\n")
+                                                       searcher=method not in BASELINES)) + "\n")
         rows = add_intervals(compute_rows(rows_in), rows_in)
         qa_judged = [(r, v) for r, v in judged if not is_mirage(r["dataset"])]  # the rules decide QA answers only
         agreement = judge_agreement([r for r, _ in qa_judged], [v for _, v in qa_judged])

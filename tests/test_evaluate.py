@@ -197,6 +197,28 @@ def test_evaluate_end_to_end_through_the_actors(ray_local, small_index, data_dir
     assert all(p["judge"] is None for p in preds if not (p["answer"] or "").strip())
     assert table in capsys.readouterr().out  # the CLI prints the table
 
+    # The naive-RAG row is the generator's own naive RAG (issue 39: it was the untrained s3 searcher):
+    # the frozen model, run here on its own with the naive_rag recipe, gives the same answers.
+    import ray
+
+    from actors.engines.spec import EngineSpec
+    from actors.retrieval.pool import start_retrieval_pool
+    from actors.rollout.eval_worker import EvalWorker
+    from configs.loader import load_config
+
+    cfg = load_config(str(config))
+    pool = start_retrieval_pool(str(small_index), cfg.retrieval)
+    worker = ray.remote(EvalWorker).options(num_cpus=0.5).remote(
+        EngineSpec(backend="hf", model=frozen, max_model_len=2048), pool)
+    examples = load_questions(data_dir / "dev.jsonl.gz", None, 3)
+    own = ray.get(worker.run_final.remote(examples, "naive_rag", recipe_config={"topk": 3},
+                                          sampling={"temperature": 0.0, "seed": cfg.seed},
+                                          limits={"max_new_tokens_per_turn": 8, "max_total_tokens": 2048}))
+    ray.kill(worker), ray.kill(pool)
+    rag = [p for p in preds if p["method"] == "naive_rag"]
+    assert all(p["recipe"] == "naive_rag" and "turns" not in p for p in rag)
+    assert [p["answer"] for p in rag] == [r["answer"] for r in own]
+
 
 def test_judge_agreement_where_the_rules_decide():
     from pipelines.evaluate import agreement_note, judge_agreement
@@ -214,3 +236,33 @@ def test_judge_agreement_where_the_rules_decide():
     good = judge_agreement(recs, [True, True, False, False, None])
     assert good["agreement"] == 1.0 and good["trusted"] and "can be read" in agreement_note(good, "qwen")
     assert judge_agreement(recs[3:], [True, None])["agreement"] is None
+
+
+def test_every_method_plans_its_own_system():
+    """Issue 39: a baseline is the frozen generator answering with the baseline's own recipe, whatever
+    recipe trains (naive_rag is trainable, and was once planned as the training recipe on the policy
+    model, so "naive RAG" measured the untrained searcher). Only `policy` and `untrained` run the
+    training recipe; without a checkpoint those two are the same system and may share a plan."""
+    from pathlib import Path
+
+    from actors.engines.spec import engine_spec
+    from configs.loader import load_config
+    from pipelines.evaluate import _same_run, plan_methods
+
+    methods = ["direct", "naive_rag", "policy", "untrained"]
+    for path in sorted(Path("configs").glob("*.yaml")):
+        raw = yaml.safe_load(path.read_text()) or {}
+        if "train" not in raw and "base" not in raw:
+            continue  # a retrieval-only config
+        cfg = load_config(str(path))
+        plans = {p.method: p for p in plan_methods(cfg, methods, None)}
+        generator = engine_spec(cfg, "generator")
+        for name in ("direct", "naive_rag"):
+            assert plans[name].recipe == name and plans[name].spec == generator, (path, name)
+        assert plans["untrained"].recipe == plans["policy"].recipe == cfg.train.recipe, path
+        assert plans["untrained"].spec.model == cfg.learner.model, path
+        for a in methods:
+            for b in methods:
+                if a < b and {a, b} != {"policy", "untrained"}:
+                    assert not _same_run(plans[a], plans[b]), (path, a, b)
+        assert _same_run(plans["policy"], plans["untrained"]), path
