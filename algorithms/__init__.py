@@ -35,6 +35,7 @@ from .advantages import (
     rloo_advantages,
     rloo_scores,
     terminal_rewards,
+    zero_advantage_groups,
 )
 from .config import AlgorithmConfig
 from .estimators import compute_advantages
@@ -83,6 +84,7 @@ __all__ = [
     "masked_whiten",
     "policy_loss",
     "register_advantage_estimator",
+    "zero_advantage_groups",
     "register_kl_estimator",
     "register_loss_agg",
     "reinforce_pp_advantages",

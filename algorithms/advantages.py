@@ -147,6 +147,24 @@ def group_indices(group_ids: GroupIds, device: torch.device | str | None = None)
     return torch.tensor(out, dtype=torch.long, device=device)
 
 
+def zero_advantage_groups(advantages: Tensor, loss_mask: Tensor, group_ids: GroupIds) -> Tensor:
+    """Rows of groups whose advantages are zero on every policy token (the rewards of a GRPO group all
+    equal): with no KL or entropy term they add no gradient (DAPO §3.2 dynamic sampling; GRESO).
+
+    Args:
+        advantages, loss_mask: ``[B, T]``.
+        group_ids: length-B group ids.
+
+    Returns:
+        ``[B]`` bool, True on every row of such a group.
+    """
+    live = ((advantages != 0) & (loss_mask > 0)).any(1)
+    idx = group_indices(group_ids, device=advantages.device)
+    live_rows = torch.zeros(int(idx.max()) + 1 if len(idx) else 0, device=advantages.device)
+    live_rows.index_add_(0, idx, live.float())
+    return live_rows[idx] == 0
+
+
 @torch.no_grad()
 def terminal_rewards(seq_rewards: Tensor, loss_mask: Tensor) -> Tensor:
     """Place each sequence's scalar reward on its last policy token (mask 1), zeros elsewhere.

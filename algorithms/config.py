@@ -89,6 +89,13 @@ class AlgorithmConfig(StrictModel):
     )
     is_cap: float = Field(
         2.0, gt=0, description="The behaviour weight's cap: truncation for 'tis', drop threshold for 'decoupled'.")
+    skip_zero_advantage: bool = Field(
+        False,
+        description="Leave groups whose advantages are all zero out of the policy update (no gradient: DAPO's "
+        "dynamic-sampling filter, GRESO's skip); counted in actor/skipped_groups. The loss is then normalised over "
+        "the kept groups' tokens or sequences. Needs kl_coef = 0 (or kl_in_reward) and entropy_coef = 0: those "
+        "terms would still give the skipped groups a gradient.",
+    )
     whiten_advantages: bool | None = Field(
         None,
         description="Whiten advantages over all policy tokens of the batch; None = the estimator's "
@@ -154,6 +161,13 @@ class AlgorithmConfig(StrictModel):
             raise ValueError(
                 f"lam={self.lam} only applies to advantage_estimator='gae' (the estimator with a critic); "
                 f"set advantage_estimator='gae' or leave lam=1.0 for {self.advantage_estimator!r}"
+            )
+        if self.skip_zero_advantage and ((self.kl_coef > 0 and not self.kl_in_reward) or self.entropy_coef > 0):
+            raise ValueError(
+                f"skip_zero_advantage drops groups whose advantages are all zero, but the KL loss term (kl_coef="
+                f"{self.kl_coef}, kl_in_reward={self.kl_in_reward}) or the entropy term (entropy_coef="
+                f"{self.entropy_coef}) still gives them a gradient; set kl_coef=0 (or kl_in_reward=true) and "
+                f"entropy_coef=0, or skip_zero_advantage=false"
             )
         if self.norm_len is not None and self.loss_agg != "seq_mean_token_sum":
             raise ValueError(

@@ -86,6 +86,11 @@ class LearnerConfig(StrictModel):
     )
     ppo_epochs: int = Field(1, gt=0, description="Passes over each rollout batch.")
     shuffle: bool = Field(True, description="Shuffle sequences into mini-batches (seeded, same on every rank).")
+    shared_prefix: bool = Field(
+        True, description="Run the samples of one prompt as one packed row, the prompt once (actors.learner.packing; "
+        "Prefix Grouper): the same log-probs and gradients as unpacked, up to summation order. Used where the model "
+        "supports it exactly (sdpa or eager attention; full or sliding-window layers), else the unpacked path. "
+        "Mini- and micro-batches then keep a prompt's samples together.")
     logprob_chunk_tokens: int = Field(
         512, gt=0, description="Policy tokens per LM-head chunk (memory: chunk x vocab x 8 bytes)."
     )

@@ -55,6 +55,7 @@ def run_loop(trainer: Any, start_step: int, stop: GracefulStop | None = None) ->
 
     cfg, total, stop = trainer.cfg, total_steps(trainer.cfg), stop or GracefulStop()
     dev_due = set(dev_eval_steps(total, cfg.train.eval_every, start_step))
+    searches = getattr(trainer, "searches", True)  # False: the step line names a select-only recipe's numbers
     bar = tqdm(total=total, initial=start_step, desc=f"train {cfg.train.recipe}", unit="step",
                disable=not trainer.progress, dynamic_ncols=True)
     last = ""  # the previous step's summary, shown beside the running phase
@@ -95,7 +96,7 @@ def run_loop(trainer: Any, start_step: int, stop: GracefulStop | None = None) ->
                 show("dev evaluation")
                 metrics.update(trainer.evaluate_dev(done))
             trainer.tracker.log(metrics, step=done)
-            pending, last = None, step_summary(metrics)
+            pending, last = None, step_summary(metrics, searches)
             if checkpoint_due:
                 show("checkpoint")
                 trainer.save(done)

@@ -43,6 +43,9 @@ class Tracker:
                 config=cfg.model_dump(mode="json"),
             )
             self.wandb_id = self.wandb_run.id
+            # The learning curve's x: dev scores against the training questions seen, not the step.
+            self.wandb_run.define_metric("train/question_visits")
+            self.wandb_run.define_metric("dev/*", step_metric="train/question_visits")
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         """Write one step's metrics (also to wandb, at `step`); step 0 is the dev evaluation before any update."""
@@ -126,15 +129,17 @@ def _plot_components(ax: Any, train_rows: list[dict[str, Any]]) -> None:
 
 
 def _plot_dev_answers(ax: Any, rows: list[dict[str, Any]]) -> None:
-    """Dev F1 and cover-EM (greedy, in [0, 1]) against the step, from the rows with `dev/answer_f1`."""
+    """Dev F1 and cover-EM (greedy, in [0, 1]) against the question visits (training questions seen;
+    the step in runs from before that metric), from the rows with `dev/answer_f1`."""
     from pipelines.train_metrics import dev_curve
 
     curve = dev_curve(rows)
-    steps = [c["step"] for c in curve]
+    by_visits = bool(curve) and not any(math.isnan(c["visits"]) for c in curve)
+    xs = [c["visits"] if by_visits else c["step"] for c in curve]
     for name, color in (("F1", "C2"), ("cover-EM", "C4")):
-        ax.plot(steps, [c[name] for c in curve], "o-", label=f"dev {name}", color=color)
+        ax.plot(xs, [c[name] for c in curve], "o-", label=f"dev {name}", color=color)
     questions = int(curve[-1]["questions"]) if curve else 0
-    ax.set_xlabel("step")
+    ax.set_xlabel("question visits (training questions seen)" if by_visits else "step")
     ax.set_ylabel(f"dev answer score (greedy, {questions} questions)")
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8)

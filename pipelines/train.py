@@ -33,8 +33,10 @@ from pipelines.graceful_stop import GracefulStop, StopRequested, TrainingStopped
 from pipelines.run_dir import cfg_to_yaml, new_run_dir, resume_checkpoint  # noqa: F401 - public here too
 from pipelines.rollout_ahead import RolloutAhead, staleness_metrics
 from pipelines.run_loop import run_loop
+from pipelines.train_metrics import recipe_searches
 from pipelines.step_schedule import batch_indices, stage_at, total_steps  # noqa: F401 - public here too
 
+VISITS = "train/question_visits"  # questions trained on so far (a group of samples is one visit)
 log = logging.getLogger(__name__)
 
 
@@ -109,6 +111,7 @@ class Trainer:
         self.ahead = RolloutAhead() if cfg.train.async_mode == "one_step" else None
         self.stream = None  # fully: pipelines.rollout_stream.RolloutStream, started at the first step
         self.stream_committed: list = []  # fully, on --resume: the groups the checkpoint's steps trained
+        self.searches = recipe_searches(cfg)  # False: a select-only recipe; the step line shows its own numbers
         if cfg.train.learner_recovery == "snapshot":
             from pipelines.learner_recovery import LearnerSnapshot
 
@@ -311,7 +314,8 @@ class Trainer:
         if self.stream is not None:
             self.stream.set_version(step + 1)
 
-        metrics = {"step": float(step + 1), "stage": float(stage + 1)}
+        metrics = {"step": float(step + 1), "stage": float(stage + 1),
+                   VISITS: float((step + 1) * cfg.train.questions_per_step)}
         if self.ahead is not None:
             metrics.update(staleness_metrics(trajs, step))  # the learner held version `step` while it trained
             metrics["async/learner_idle_s"] = timings.pop("learner_idle_s")
@@ -374,6 +378,7 @@ class Trainer:
         trajs = self.rollout(examples, stage_at(self.cfg, max(0, step - 1))[1], 1, 0.0, seed=0)
         out = rollout_metrics(trajs, prefix="dev")
         out["time/eval_s"] = time.perf_counter() - t
+        out[VISITS] = float(step * self.cfg.train.questions_per_step)  # the x of the dev curve
         if "dev/answer_f1" in out:
             self.dev_f1[step] = float(out["dev/answer_f1"])
         log.info("%s", dev_summary(step, out))

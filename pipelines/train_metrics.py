@@ -3,6 +3,7 @@ learners' results; one flat dict per step with the same keys in metrics.jsonl an
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -57,6 +58,7 @@ def rollout_metrics(trajs: Sequence[Mapping[str, Any]], prefix: str = "rollout")
     searches per episode, the fraction of episodes that searched, the fraction of searches whose query
     shares a content word with the question (`recipes.metrics.query_overlaps_question`), valid-action rate, finish-reason fractions, retrieval latency (s), scoring
     time per episode (s; it overlaps other episodes' generation, so it is not a phase of the step),
+    the documents an episode's final context keeps (s3's selection; 0 for recipes that answer),
     and the final answers' EM, F1, cover-EM, answer/forced/distinct rates and length in words
     (`answer_metrics`), under `<prefix>/...` keys."""
     n = max(1, len(trajs))
@@ -75,6 +77,7 @@ def rollout_metrics(trajs: Sequence[Mapping[str, Any]], prefix: str = "rollout")
         "turns_per_episode": len(turns) / n,
         "searches_per_episode": len(searches) / n,
         "searched_episode_rate": sum(any(r.get("query") is not None for r in t["turns"]) for t in trajs) / n,
+        "selected_docs_per_episode": sum(len((t.get("final") or {}).get("selected_doc_ids") or ()) for t in trajs) / n,
         "relevant_search_rate": _mean([float(query_overlaps_question(r["query"], t["question"]))
                                        for t in trajs for r in t["turns"] if r.get("query") is not None]),
         "valid_action_rate": sum(r["action"] != "Invalid" for r in turns) / max(1, len(turns)),
@@ -148,19 +151,25 @@ DEV_CURVE_KEYS = (("dev/answer_f1", "F1"), ("dev/answer_cover_em", "cover-EM"), 
 
 def dev_curve(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, float]]:
     """The dev evaluations of a run's metrics.jsonl rows, in step order: [{"step", "F1", "cover-EM",
-    "EM", "answered", "questions"}] for the rows with `dev/answer_f1` (step 0 = before any update);
+    "EM", "answered", "questions", "visits"}] for the rows with `dev/answer_f1` (step 0 = before any
+    update; visits = training questions seen, `train/question_visits`, NaN in runs from before it);
     a key missing from a row reads 0."""
     return [{"step": float(r["step"]), **{name: float(r.get(key, 0.0)) for key, name in DEV_CURVE_KEYS},
-             "questions": float(r.get("dev/episodes", 0.0))} for r in rows if "dev/answer_f1" in r]
+             "questions": float(r.get("dev/episodes", 0.0)), "visits": float(r.get("train/question_visits", math.nan))}
+            for r in rows if "dev/answer_f1" in r]
 
 
 def format_dev_curve(curve: Sequence[Mapping[str, float]]) -> str:
-    """`dev_curve` as a markdown table (step, F1, cover-EM, EM, answered); "" without dev rows."""
+    """`dev_curve` as a markdown table (step, question visits where the run logged them, F1, cover-EM,
+    EM, answered); "" without dev rows."""
     if not curve:
         return ""
     names = [name for _, name in DEV_CURVE_KEYS]
-    lines = ["| step | " + " | ".join(names) + " |", "| ---: |" + " ---: |" * len(names)]
-    lines += [f"| {c['step']:.0f} | " + " | ".join(f"{c[n]:.3f}" for n in names) + " |" for c in curve]
+    visits = not any(math.isnan(c.get("visits", math.nan)) for c in curve)
+    head = "| step | visits | " if visits else "| step | "
+    lines = [head + " | ".join(names) + " |", "| ---: |" + " ---: |" * (len(names) + visits)]
+    lines += [f"| {c['step']:.0f} | " + (f"{c['visits']:.0f} | " if visits else "")
+              + " | ".join(f"{c[n]:.3f}" for n in names) + " |" for c in curve]
     return "\n".join(lines)
 
 
@@ -174,14 +183,29 @@ def dev_summary(step: int, metrics: Mapping[str, float]) -> str:
             f"({m['dev/episodes']:.0f} questions, {m['time/eval_s']:.0f} s)")
 
 
-def step_summary(metrics: dict[str, float]) -> str:
-    """One line of a step's headline numbers: reward, searches and valid actions per episode, and
-    seconds per phase (rollout incl. scoring, log-probs and advantages, update, weight sync)."""
+def step_summary(metrics: dict[str, float], searches: bool = True) -> str:
+    """One line of a step's headline numbers and seconds per phase (rollout incl. scoring, log-probs and
+    advantages, update, weight sync). A recipe that searches (`searches`): reward, searches and valid
+    actions per episode. One that only selects from its prompt's documents (s3 with max_turns 0:
+    `recipe_searches` False): reward, valid selections, documents kept per episode and the generator's
+    answer F1."""
     t = {k: metrics.get(f"time/{k}_s", 0.0) for k in ("rollout", "prepare", "update", "sync")}
-    return (f"reward {metrics.get('rollout/reward_mean', 0.0):.3f} searches {metrics.get('rollout/searches_per_episode', 0.0):.2f} "
-            f"valid {metrics.get('rollout/valid_action_rate', 0.0):.2f} | rollout {t['rollout']:.0f}s "
-            f"prep {t['prepare']:.0f}s update {t['update']:.0f}s sync {t['sync']:.0f}s"
-            + async_summary(metrics))
+    m = {k: metrics.get(f"rollout/{k}", 0.0) for k in ("reward_mean", "searches_per_episode", "valid_action_rate",
+                                                        "selected_docs_per_episode", "answer_f1")}
+    head = (f"reward {m['reward_mean']:.3f} searches {m['searches_per_episode']:.2f} valid {m['valid_action_rate']:.2f}"
+            if searches else f"reward {m['reward_mean']:.3f} valid {m['valid_action_rate']:.2f} "
+            f"docs {m['selected_docs_per_episode']:.2f} answer F1 {m['answer_f1']:.3f}")
+    skipped = f" skipped {metrics['actor/skipped_groups']:.0f}" if "actor/skipped_groups" in metrics else ""
+    return (f"{head} | rollout {t['rollout']:.0f}s prep {t['prepare']:.0f}s update {t['update']:.0f}s{skipped} "
+            f"sync {t['sync']:.0f}s" + async_summary(metrics))
+
+
+def recipe_searches(cfg: Any) -> bool:
+    """Whether the training recipe's episodes can search after the prompt (any stage's `max_turns` > 0)."""
+    from recipes import get_recipe
+
+    return any(getattr(get_recipe(cfg.train.recipe, **cfg.recipe_config(o)).config, "max_turns", 1) > 0
+               for o in cfg.train.option_sets())
 
 
 def async_summary(metrics: dict[str, float]) -> str:

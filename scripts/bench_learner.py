@@ -129,10 +129,32 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ranks", default="1,2", help="rank counts to measure")
     parser.add_argument("--steps", type=int, default=2, help="update steps per rank count (first = warm-up)")
     parser.add_argument("--no-sync", action="store_true", help="skip the vLLM weight-sync measurement")
-    parser.add_argument("--out", default="runs/bench_learner.json")
+    parser.add_argument("--out", default=None, help="JSON summary (default runs/bench_learner[_local].json)")
+    local = parser.add_argument_group("--local: one PolicyLearner in this process, no Ray (scripts.bench_learner_local)")
+    local.add_argument("--local", action="store_true", help="no Ray, no engine: what a bare GPU machine can run")
+    local.add_argument("--shape", choices=("main", "multi_turn"), default="main",
+                       help="main: the main job's s3 select-only episodes; multi_turn: Search-R1 turns of "
+                            "--response-tokens")
+    local.add_argument("--questions", type=int, default=8, help="questions (GRPO groups) per update")
+    local.add_argument("--group", type=int, default=4, help="samples per question (sharing its prompt)")
+    local.add_argument("--setting", action="append", default=[], metavar="learner.K=V,...",
+                       help="learner keys of one setting to measure (repeat: one measurement each, in order)")
+    local.add_argument("--random-init", action="store_true", help="the model's architecture with random weights")
+    local.add_argument("--cuda", action=argparse.BooleanOptionalAction, default=True,
+                       help="train on the GPU when CUDA is present (default on)")
+    local.add_argument("--peak-tflops", type=float, default=989.0,
+                       help="the GPU's dense bf16 peak for MFU (H100 SXM: 989)")
     # train_cpu.yaml: the learner settings of the CPU training configs, and a local cluster with enough
     # logical CPUs for 2 ranks beside the rollout worker (the retrieval default would leave them pending).
     args, cfg = parse_config(parser, argv, default_config=str(Path(__file__).resolve().parents[1] / "configs" / "train_cpu.yaml"))
+    if args.local:
+        from scripts.bench_learner_local import run_local
+
+        args.out = args.out or "runs/bench_learner_local.json"
+        with user_errors():
+            run_local(args, cfg)
+        return
+    args.out = args.out or "runs/bench_learner.json"
     import ray
     from transformers import AutoTokenizer
 

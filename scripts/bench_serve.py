@@ -5,7 +5,8 @@
 The same test questions (a seeded sample spread over the split's datasets) go through two paths:
 (a) baseline: one process, one question at a time, transformers `generate` (greedy) until the
     recipe's closing tag, a `POST /retrieve` call, the documents appended as text, repeat (the whole
-    text re-tokenized every turn, as `infer.py` does); it calls the app's own `/retrieve`;
+    text re-tokenized every turn, as `infer.py` does); it calls the app's own `/retrieve`; for s3, the
+    frozen generator then answers from the selected documents (transformers, greedy), as the endpoint's does;
 (b) the endpoint (`serving.app`, started here on its own local cluster): `POST /v1/search` from 16,
     then 4, then 1 concurrent clients (16 first: it runs with a cold prefix cache).
 Prints where the endpoint's time goes (mean seconds per request: engine, retrieval, queue) and ends
@@ -66,8 +67,9 @@ def baseline_run(cfg, model_path: str, url: str, questions: list[str]) -> dict:
     """Search-R1 `infer.py`'s way: per question, generate with transformers until a stop string,
     search over HTTP, append the documents, repeat; one question at a time.
 
-    Raises:
-        SystemExit: the recipe's frozen generator answers (s3): infer.py has no such path.
+    Where the frozen generator answers (s3), the same episode runs in the same plain loop: the searcher
+    selects, then the generator (`frozen.model`, transformers, greedy, `frozen.max_answer_tokens`) answers
+    from the selected documents in the s3 Fig. 12 prompt, one question at a time.
     """
     import httpx
     import torch
@@ -80,12 +82,10 @@ def baseline_run(cfg, model_path: str, url: str, questions: list[str]) -> dict:
     from scripts.peer_trl_search import search_r1_doc
 
     recipe = get_recipe(cfg.train.recipe, cfg.recipe_config())
-    if recipe.generator_answers:
-        sys.exit(f"error: recipe {recipe.name!r} answers with a frozen generator; the infer.py baseline covers "
-                 "recipes whose policy answers (search_r1, r1_searcher, r_search, eval_rar)")
     path = resolve_model(model_path)
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, torch_dtype="auto").eval()
+    answer = generator_answerer(cfg) if recipe.generator_answers else None
     chat = bool(tok.chat_template) if cfg.rollout.chat is None else cfg.rollout.chat
     budget, k = cfg.rollout.max_new_tokens_per_turn, cfg.retrieval.topk
     client = httpx.Client(base_url=url, timeout=120.0, headers=auth_headers())  # a deployed server has a token
@@ -112,11 +112,43 @@ def baseline_run(cfg, model_path: str, url: str, questions: list[str]) -> dict:
             if turn.needs_retrieval:
                 recipe.observe(ep, retrieve(turn.action.query))
             text += new + turn.observation
+        if answer is not None:  # s3: the generator reads what the searcher kept
+            answer(q, recipe.format_docs((ep.final or recipe.final_output(ep)).selected_docs))
         latencies.append(time.perf_counter() - t)
         reasons.append(ep.stop_reason)
     wall = time.perf_counter() - t0
     client.close()
-    return {"qps": len(questions) / wall, "wall_s": wall, "latencies_s": latencies, "finish_reasons": sorted(reasons)}
+    return {"qps": len(questions) / wall, "wall_s": wall, "latencies_s": latencies, "finish_reasons": sorted(reasons),
+            "generator": answer is not None}
+
+
+def generator_answerer(cfg):
+    """`answer(question, context) -> str`: the frozen generator (`frozen.model`) with transformers, greedy,
+    at most `frozen.max_answer_tokens`, on the s3 Fig. 12 answer prompt (chat template where the model
+    has one, else the plain prompt with an "Answer:" cue, as `actors.frozen.scorer.FrozenLLM` renders it)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from actors.engines.models import resolve_model
+    from recipes.base import ANSWER_PROMPT
+
+    path = resolve_model(cfg.frozen.model)
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, torch_dtype="auto").eval()
+
+    def answer(question: str, context: str) -> str:
+        prompt = ANSWER_PROMPT.format(question=question, context=context)
+        if tok.chat_template:
+            ids = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                          return_tensors="pt", return_dict=True)
+        else:
+            ids = tok(prompt + "\nAnswer:", return_tensors="pt")
+        with torch.inference_mode():
+            out = model.generate(**ids, max_new_tokens=cfg.frozen.max_answer_tokens, do_sample=False,
+                                 pad_token_id=tok.pad_token_id or tok.eos_token_id)
+        return tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True).strip()
+
+    return answer
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{m['search_s']:.2f} + queue {m['queue_s']:.2f} (+ other); {m['searches']:.2f} searches per question",
                   flush=True)
         base = baseline_run(cfg, served.model, url, questions)
-        print(f"baseline (infer.py loop, transformers, one at a time): {base['qps']:.3f} q/s ({base['wall_s']:.1f} s)")
+        print(f"baseline (infer.py loop{' + generator' if base['generator'] else ''}, transformers, one at a time): {base['qps']:.3f} q/s ({base['wall_s']:.1f} s)")
     finally:
         stop_app(local)
     lat16 = runs[16]["latencies_s"]

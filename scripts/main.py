@@ -1,6 +1,6 @@
 """The main job: index the corpus (once), train a searcher, evaluate it against the baselines.
 
-    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.main [--config configs/main_cpu.yaml] [--eval-limit 64] [key=value ...]
+    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.main [--config configs/main_cpu.yaml] [--eval-limit 128] [key=value ...]
 
 1. builds the configured index over the pack's corpus unless it is complete (resumes a broken build);
 2. trains `train.recipe` (`pipelines.train`): by default (configs/main_cpu.yaml) an s3 searcher on
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: build the index (once), train a searcher, evaluate it against the baselines.
 
     Usage: SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.main [--config configs/main_cpu.yaml]
-        [--resume RUN_DIR] [--eval-limit 64] [key=value ...]
+        [--resume RUN_DIR] [--eval-limit 128] [key=value ...]
     """
     parser = argparse.ArgumentParser(prog="python -m scripts.main", description=__doc__.splitlines()[0])
     parser.add_argument("--eval-limit", type=int, default=128,
@@ -84,6 +84,11 @@ def main(argv: list[str] | None = None) -> int:
                 return e.exit_status
             train_s = time.perf_counter() - t1
             checkpoint = last_checkpoint(run_dir)
+            if checkpoint is None:  # evaluate() would score learner.model: the "trained" row, untrained
+                print(f"error: training left no checkpoint under {run_dir}/checkpoints, so there is no trained "
+                      f"searcher to evaluate; run again (train.keep_checkpoints >= 1), or evaluate the run's "
+                      f"untrained model with scripts.evaluate --methods untrained", file=sys.stderr)
+                return 1
             t2 = time.perf_counter()
             evaluate(cfg, cfg.data.test, run_dir / "eval", checkpoint=checkpoint, limit=args.eval_limit,
                      sample=True, methods=EVAL_METHODS)

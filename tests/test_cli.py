@@ -95,3 +95,28 @@ def test_missing_data_pack_is_reported_before_ray_starts(module, monkeypatch, ca
                     f"index.dir={Path(__file__).parent}"])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.startswith("error: data dir") and "is not a directory" in err
+
+
+def test_main_refuses_a_trained_row_without_a_checkpoint(monkeypatch, capsys, tmp_path, data_dir):
+    """Issue 41: with no checkpoint, `evaluate` would score `learner.model` as the trained searcher: the
+    "trained" row would be the untrained model. The main job stops with an error instead."""
+    from types import SimpleNamespace
+
+    import cluster.ray_init
+    import pipelines.build_index
+    import pipelines.evaluate
+    import pipelines.train
+    import scripts.main
+
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    monkeypatch.setattr(cluster.ray_init, "init_ray", lambda *a, **k: False)
+    monkeypatch.setattr(pipelines.build_index, "build_index", lambda cfg: SimpleNamespace(num_docs=1))
+    monkeypatch.setattr(pipelines.train, "train", lambda cfg, resume=None: run_dir)
+
+    def no_eval(*a, **k):
+        raise AssertionError("evaluated a trained row without a checkpoint")
+
+    monkeypatch.setattr(pipelines.evaluate, "evaluate", no_eval)
+    code = scripts.main.main([f"data.dir={data_dir}"])
+    assert code == 1 and "training left no checkpoint" in capsys.readouterr().err

@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+import math
+
 import pytest
 
 from pipelines.run_loop import dev_eval_steps
@@ -179,3 +181,42 @@ def test_reward_curves_png_with_dev_rows(tmp_path):
     assert png == tmp_path / "curves.png" and png.stat().st_size > 10_000
     path.write_text(json.dumps(dev_rows()[0]) + "\n")  # stopped during step 1: only the step-0 row
     assert plot_reward_curves(path, tmp_path / "only0.png").stat().st_size > 0
+
+
+def test_dev_curve_by_question_visits():
+    """Issue 39: the learning curve's x is the training questions seen (`train/question_visits`), in the
+    table and the PNG's dev panel."""
+    rows = [{**r, "train/question_visits": 8.0 * r["step"]} for r in dev_rows()]
+    curve = dev_curve(rows)
+    assert [c["visits"] for c in curve] == [0.0, 24.0, 48.0]
+    table = format_dev_curve(curve)
+    assert table.splitlines()[0] == "| step | visits | F1 | cover-EM | EM | answered |"
+    assert "| 3 | 24 | 0.300 |" in table
+    assert all(math.isnan(c["visits"]) for c in dev_curve(dev_rows()))  # a run from before the metric
+
+
+def test_dev_panel_is_drawn_against_visits(tmp_path):
+    import json
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    from pipelines.tracking import plot_reward_curves
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps({**r, "train/question_visits": 8.0 * r["step"]}) + "\n" for r in dev_rows()))
+    seen = {}
+    real = plt.Figure.savefig
+
+    def keep(fig, *a, **k):
+        seen["xlabel"], seen["x"] = fig.axes[2].get_xlabel(), list(fig.axes[2].lines[0].get_xdata())
+        return real(fig, *a, **k)
+
+    plt.Figure.savefig = keep
+    try:
+        plot_reward_curves(path, tmp_path / "curves.png")
+    finally:
+        plt.Figure.savefig = real
+    assert seen["xlabel"].startswith("question visits") and seen["x"] == [0.0, 24.0, 48.0]

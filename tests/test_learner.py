@@ -378,6 +378,9 @@ def test_frozen_embeddings_stay_fixed_while_the_update_moves_the_policy(ray_loca
         after, _ = group.compute_logprobs(batch)
         assert m["grad_norm"] > 0 and ((after - b.old_logprobs) * batch.loss_mask).abs().sum() > 0
         saved = Path(group.save_checkpoint(str(tmp_path / "ckpt")))
+        # The weight sync leaves the frozen matrix out (the engines hold it from the start); the checkpoint has it.
+        synced = [n for n, _ in ray_local.get(group.actors[0].named_weights.remote("bf16"))]
+        assert synced and not any("embed_tokens" in n for n in synced)
     finally:
         group.shutdown()
     name = "model.embed_tokens.weight"
@@ -385,3 +388,64 @@ def test_frozen_embeddings_stay_fixed_while_the_update_moves_the_policy(ray_loca
     trained = {k: v for f in saved.rglob("*.safetensors") for k, v in load_file(f).items()}
     key = next(k for k in trained if k.endswith(name))
     assert torch.equal(trained[key].float(), next(v for k, v in start.items() if k.endswith(name)).float())
+
+
+def test_packed_update_with_skipped_groups_moves_the_policy_as_the_plain_update(ray_local, tiny_gemma_dir):
+    """Issue 38: the update with shared-prefix packing and `skip_zero_advantage` moves the log-probs as the
+    unpacked update of every row does (a group of equal rewards has zero advantages, so leaving it out
+    changes only the loss normaliser, which Adam's first step does not see); packed, the forward passes
+    run over each prompt once; a batch of nothing but such groups takes no optimizer step."""
+    from actors.learner.group import LearnerGroup
+
+    trajs = synthetic_trajectories(8, seed=2)
+    for i, t in enumerate(trajs):  # pairs share their prompt, as a GRPO group's samples do
+        t["prompt_ids"] = trajs[i - i % 2]["prompt_ids"]
+    batch = make_train_batch(trajs, pad_token_id=0)
+    rewards = [1.0, 0.0, 0.0, 1.0, 0.5, 0.5, 1.0, 0.0]  # group q2: equal rewards
+    after, metrics = {}, {}
+    for packed in (False, True):
+        group = LearnerGroup("policy", learner_config(tiny_gemma_dir, zero_stage=0, mini_batch_size=8,
+                                                      micro_batch_size=4, shared_prefix=packed))
+        try:
+            b, _ = with_grpo(group, batch, rewards)
+            metrics[packed] = group.update(b, AlgorithmConfig(kl_coef=0.0, skip_zero_advantage=packed))
+            after[packed] = group.compute_logprobs(batch)[0]
+            if packed:
+                none = group.update(b.with_fields(advantages=b.advantages * 0), AlgorithmConfig(
+                    kl_coef=0.0, skip_zero_advantage=True))
+                assert none["optimizer_steps"] == 0 and none["skipped_groups"] == 4
+                assert torch.equal(group.compute_logprobs(batch)[0], after[packed])  # nothing moved
+        finally:
+            group.shutdown()
+    moved = ((after[False] - b.old_logprobs) * batch.loss_mask).abs().sum()
+    apart = ((after[False] - after[True]) * batch.loss_mask).abs().sum()
+    assert moved > 0 and apart < 0.02 * moved, (float(apart), float(moved))
+    assert metrics[True]["skipped_groups"] == 1 and "skipped_groups" not in metrics[False]
+    kept = [i for i in range(8) if i not in (4, 5)]
+    prompts = sum(len(trajs[i]["prompt_ids"]) for i in kept[::2])
+    assert metrics[True]["sequence_tokens"] == prompts + sum(len(trajs[i]["response_ids"]) for i in kept)
+    assert metrics[False]["sequence_tokens"] == int(batch.attention_mask.sum())
+    assert metrics[True]["tokens"] == int(batch.loss_mask[kept].sum())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", ["main", "multi_turn"])
+def test_bench_learner_local_runs_without_ray(tiny_gemma_dir, data_dir, tmp_path, capsys, shape):
+    """`scripts.bench_learner --local`: one PolicyLearner in a process of its own per setting, no Ray
+    (what a bare GPU machine runs); packed, the forward passes run over each shared prompt once."""
+    from scripts import bench_learner
+
+    out = tmp_path / "local.json"
+    bench_learner.main(["--local", "--shape", shape, "--questions", "2", "--group", "3", "--steps", "1",
+                        "--response-tokens", "48", "--setting", "learner.shared_prefix=false", "--setting", "",
+                        "--out", str(out), f"learner.model={tiny_gemma_dir}", f"data.dir={data_dir}",
+                        "learner.micro_batch_size=3", "learner.dtype=fp32", "learner.shuffle=false"])
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith(f"learner local ({tiny_gemma_dir}, {shape}, 2x3, cpu): learner.shared_prefix=false: "
+                           "update_s=") and "; config: update_s=" in line and " speedup=" in line
+    summary = json.loads(out.read_text())
+    off, on = summary["results"]["learner.shared_prefix=false"], summary["results"]["config"]
+    assert off["sequence_tokens"] == summary["unpacked_tokens"] and summary["sequences"] == 6
+    assert on["sequence_tokens"] < off["sequence_tokens"] and on["policy_tokens"] == off["policy_tokens"] > 0
+    # The same micro-batches (no shuffle): the same loss, computed packed and unpacked.
+    assert on["mfu"] > 0 and on["peak_bytes"] > 0 and on["loss"][0] == pytest.approx(off["loss"][0], abs=1e-4)

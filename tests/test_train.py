@@ -287,3 +287,19 @@ def test_learning_trend_compares_the_first_and_last_third():
     assert trend["valid-action rate"]["change"] == 0.0
     assert "| reward | 0.050 | 0.550 | +0.500 |" in format_trend(list(trend.values()))
     assert learning_trend(rows[:1]) == [] and format_trend([]) == ""
+
+
+def test_step_summary_of_a_select_only_recipe_names_its_own_numbers():
+    """Issue 39: s3 select-only never searches, so the line shows its selections, documents kept and the
+    generator's answer F1 instead of "searches 0.00"."""
+    from configs.loader import load_config
+    from pipelines.train_metrics import recipe_searches, step_summary
+
+    metrics = {"rollout/reward_mean": 0.0123, "rollout/searches_per_episode": 0.0, "rollout/valid_action_rate": 0.97,
+               "rollout/selected_docs_per_episode": 1.8125, "rollout/answer_f1": 0.1567, "time/rollout_s": 9.6,
+               "time/prepare_s": 0.4, "time/update_s": 21.2, "time/sync_s": 11.0, "actor/skipped_groups": 3.0}
+    main = load_config("configs/main_cpu.yaml")
+    assert not recipe_searches(main) and recipe_searches(load_config("configs/search_r1_main_cpu.yaml"))
+    assert recipe_searches(load_config("configs/r1_searcher_cpu.yaml"))
+    assert step_summary(metrics, searches=False) == ("reward 0.012 valid 0.97 docs 1.81 answer F1 0.157 | rollout 10s "
+                                                     "prep 0s update 21s skipped 3 sync 11s")

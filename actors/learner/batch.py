@@ -111,6 +111,36 @@ class TrainBatch:
         return TrainBatch(**moved)
 
 
+def group_rows(group_ids: Sequence[str]) -> list[list[int]]:
+    """Row indices of each group, groups in order of first appearance, rows in batch order."""
+    groups: dict[str, list[int]] = {}
+    for i, g in enumerate(group_ids):
+        groups.setdefault(g, []).append(i)
+    return list(groups.values())
+
+
+def split_at_groups(rows: torch.Tensor, group_ids: Sequence[str], parts: int) -> list[torch.Tensor]:
+    """`rows` (each group's rows next to each other) in `parts` contiguous chunks, each as near `len/parts`
+    rows as a cut at a group boundary allows; a cut falls inside a group only where no boundary is left
+    (fewer groups than parts). Every chunk has a row when `len(rows) >= parts`.
+
+    Args:
+        rows: `[n]` int64 row indices; group_ids: the batch's B group ids (indexed by `rows`).
+    """
+    n = len(rows)
+    if parts <= 1 or n < parts:
+        return list(rows.tensor_split(max(parts, 1)))
+    ids = [group_ids[i] for i in rows.tolist()]
+    bounds = [i for i in range(1, n) if ids[i] != ids[i - 1]]
+    cuts: list[int] = []
+    for k in range(1, parts):
+        lo, hi = (cuts[-1] if cuts else 0) + 1, n - (parts - k)  # room for a row in each chunk left
+        target = k * n / parts
+        near = [b for b in bounds if lo <= b <= hi]
+        cuts.append(min(near, key=lambda b: (abs(b - target), b)) if near else min(max(round(target), lo), hi))
+    return list(rows.tensor_split(cuts))
+
+
 def make_train_batch(trajectories: Sequence[Mapping[str, Any] | Any], pad_token_id: int) -> TrainBatch:
     """Pad trajectories (`Trajectory` objects or their `to_json()` dicts) into a `TrainBatch`.
 

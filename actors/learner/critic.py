@@ -48,7 +48,7 @@ class CriticLearner(DeepSpeedRank):
         if self.config.gradient_checkpointing:
             decoder.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         hidden = getattr(decoder.config, "hidden_size", None) or decoder.config.get_text_config().hidden_size
-        module = ValueModel(decoder, hidden)
+        module = ValueModel(decoder, hidden, self.config.shared_prefix)
         head = Path(self.model_path) / "value_head.safetensors"
         if head.is_file():
             from safetensors.torch import load_file
@@ -61,10 +61,10 @@ class CriticLearner(DeepSpeedRank):
     def compute_values(self, batch: TrainBatch) -> dict[str, torch.Tensor]:
         """Values of this rank's rows: {"rows": int64 [b], "values": float32 [b, R]} (0 where masked)."""
         self.engine.eval()
-        rows = self._my_rows(torch.arange(batch.size))
+        rows = self._my_rows(self._batch_rows(batch), batch)
         values = torch.zeros((len(rows), batch.response_len))
         done = 0
-        for micro in self._micro_batches(rows):
+        for micro in self._micro_batches(rows, batch):
             mb = batch.select(micro).to(self.device)
             v = self.engine(mb.input_ids, mb.attention_mask, mb.loss_mask, mb.prompt_len)
             values[done : done + len(micro), : v.shape[1]] = v.float().cpu()
@@ -90,13 +90,13 @@ class CriticLearner(DeepSpeedRank):
         for epoch in range(self.config.ppo_epochs):
             for mini_rows in self._plan(batch, epoch):
                 mini_mask = batch.loss_mask[mini_rows]  # the whole mini-batch's normaliser
-                for micro in self._micro_batches(self._my_rows(mini_rows), self.grad_accum_steps):
+                micros = self._accumulation(mini_rows, batch)
+                for k, micro in enumerate(micros):
                     mb = batch.select(micro).to(self.device)
                     values = self.engine(mb.input_ids, mb.attention_mask, mb.loss_mask, mb.prompt_len)
                     loss, m = value_loss(values, mb.old_values, mb.returns, mb.loss_mask,
                                          clip_eps=algo.value_clip_eps, agg=algo.loss_agg, norm_len=algo.norm_len)
-                    self.engine.backward(loss * self._loss_scale(mb, mini_mask, algo.loss_agg), scale_wrt_gas=False)
-                    self._optimizer_step()
+                    self._backward(loss * self._loss_scale(mb, mini_mask, algo.loss_agg), last=k == len(micros) - 1)
                     rows_metrics.append({"value_loss": float(loss.detach()), **{k: float(v) for k, v in m.items()},
                                          "values": float(masked_mean(values.detach(), mb.loss_mask))})
                 step_metrics.append({"grad_norm": self._last_grad_norm(),

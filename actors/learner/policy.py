@@ -13,7 +13,16 @@ import torch
 from actors.learner.batch import TrainBatch
 from actors.learner.rank import DeepSpeedRank, mean_metrics, torch_dtype
 from actors.learner.token_stats import PolicyTokenStats
-from algorithms import AlgorithmConfig, behaviour_weights, entropy_loss, kl_estimate, kl_loss, masked_mean, policy_loss
+from algorithms import (
+    AlgorithmConfig,
+    behaviour_weights,
+    entropy_loss,
+    kl_estimate,
+    kl_loss,
+    masked_mean,
+    policy_loss,
+    zero_advantage_groups,
+)
 from configs.schema import LearnerConfig
 
 
@@ -42,21 +51,29 @@ class PolicyLearner(DeepSpeedRank):
         super().__init__(config, rank, world_size, total_steps)
         self.temperature = temperature
 
-    def setup(self) -> int:
-        """Load the model and start the DeepSpeed engine; returns the number of parameters."""
-        from transformers import AutoModelForCausalLM
+    def setup(self, random_init: bool = False) -> int:
+        """Load the model and start the DeepSpeed engine; returns the number of parameters.
+
+        `random_init`: the model's architecture (its `config.json`) with seeded random weights, for
+        benchmarks of shapes whose weights are not at hand (`scripts.bench_learner --local --random-init`).
+        """
+        from transformers import AutoConfig, AutoModelForCausalLM
 
         from actors.engines.models import resolve_model
 
         torch.manual_seed(self.config.seed)
         self.model_path = resolve_model(self.config.model)
-        lm = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32)
+        if random_init:
+            with torch.device(self.device):
+                lm = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(self.model_path), dtype=torch.float32)
+        else:
+            lm = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32)
         lm.config.use_cache = False
         if self.config.freeze_embeddings:  # tied LM heads share this tensor, so they stay fixed too
             lm.get_input_embeddings().weight.requires_grad_(False)
         if self.config.gradient_checkpointing:
             lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        module = PolicyTokenStats(lm, self.config.logprob_chunk_tokens, self.temperature)
+        module = PolicyTokenStats(lm, self.config.logprob_chunk_tokens, self.temperature, self.config.shared_prefix)
         self._start_engine(module, self.config.lr)
         return sum(p.numel() for p in lm.parameters())
 
@@ -71,11 +88,11 @@ class PolicyLearner(DeepSpeedRank):
             {"rows": int64 [b], "logprobs": float32 [b, R], "entropy": float32 [b, R]} (0 where masked).
         """
         self.engine.eval()
-        rows = self._my_rows(torch.arange(batch.size))
+        rows = self._my_rows(self._batch_rows(batch), batch)
         lp = torch.zeros((len(rows), batch.response_len))
         ent = torch.zeros_like(lp)
         done = 0
-        for micro in self._micro_batches(rows):
+        for micro in self._micro_batches(rows, batch):
             mb = batch.select(micro).to(self.device)
             a, b = self._stats(mb)
             lp[done : done + len(micro), : a.shape[1]] = a.float().cpu()
@@ -97,7 +114,9 @@ class PolicyLearner(DeepSpeedRank):
         Returns:
             Means over micro-batches: policy_loss, kl, entropy, clip_frac, approx_kl, ratio_max;
             per optimizer step: grad_norm, lr; plus optimizer_steps, tokens (policy tokens seen on this rank),
-            sequence_tokens (prompt and response tokens the forward passes ran over, this rank)
+            skipped_groups (with `algorithm.skip_zero_advantage`: groups left out, their advantages all 0),
+            sequence_tokens (prompt and response tokens the forward passes ran over, this rank; with
+            `shared_prefix`, a group's prompt counts once)
             and update_s (seconds).
 
         Raises:
@@ -123,10 +142,15 @@ class PolicyLearner(DeepSpeedRank):
         rows_metrics: list[dict[str, float]] = []
         step_metrics: list[dict[str, float]] = []
         tokens = sequence_tokens = 0
+        keep, skipped = None, 0
+        if algo.skip_zero_advantage:
+            dropped = zero_advantage_groups(batch.advantages, batch.loss_mask, batch.group_ids)
+            keep, skipped = ~dropped, len({g for g, d in zip(batch.group_ids, dropped.tolist()) if d})
         for epoch in range(self.config.ppo_epochs):
-            for mini_rows in self._plan(batch, epoch):
-                mini_mask = batch.loss_mask[mini_rows]  # the whole mini-batch's normaliser
-                for micro in self._micro_batches(self._my_rows(mini_rows), self.grad_accum_steps):
+            for mini_rows in self._plan(batch, epoch, keep):
+                mini_mask = batch.loss_mask[mini_rows]  # the mini-batch's normaliser (its kept rows only)
+                micros = self._accumulation(mini_rows, batch)
+                for k, micro in enumerate(micros):
                     mb = batch.select(micro).to(self.device)
                     logprobs, entropy = self._stats(mb)
                     mask = mb.loss_mask
@@ -147,17 +171,18 @@ class PolicyLearner(DeepSpeedRank):
                     if algo.entropy_coef:
                         loss = loss - algo.entropy_coef * ent
                     row["entropy"] = float(ent.detach())
-                    self.engine.backward(loss * self._loss_scale(mb, mini_mask, algo.loss_agg), scale_wrt_gas=False)
-                    self._optimizer_step()
+                    self._backward(loss * self._loss_scale(mb, mini_mask, algo.loss_agg), last=k == len(micros) - 1)
                     tokens += int(mask.sum())
-                    sequence_tokens += int(mb.attention_mask.sum())
+                    sequence_tokens += self.engine.module.tokens_run  # packed: each shared prompt once
                     rows_metrics.append(row)
-                step_metrics.append({"grad_norm": self._last_grad_norm(),
-                                     "lr": float(self.engine.get_lr()[0])})
+                if micros:
+                    step_metrics.append({"grad_norm": self._last_grad_norm(), "lr": float(self.engine.get_lr()[0])})
         self.updates += 1
         out = {**mean_metrics(rows_metrics), **mean_metrics(step_metrics)}
         out.update(optimizer_steps=float(len(step_metrics)), tokens=float(tokens),
                    sequence_tokens=float(sequence_tokens), update_s=time.perf_counter() - t0)
+        if algo.skip_zero_advantage:
+            out["skipped_groups"] = float(skipped)
         return out
 
     @staticmethod
@@ -170,9 +195,11 @@ class PolicyLearner(DeepSpeedRank):
                                  algo.is_cap)
 
     def named_weights(self, dtype: str = "bf16") -> list[tuple[str, torch.Tensor]] | None:
-        """The policy's weights with Hugging Face names, for `RolloutWorker.update_weights`
+        """The policy's trainable weights with Hugging Face names, for `RolloutWorker.update_weights`
         (gathered from ZeRO partitions; every rank must call; rank 0 gets the list, others None)."""
-        state = self._full_state_dict()
+        # Frozen tensors (`freeze_embeddings`: 168M of Gemma 3 270M's 268M parameters) are never sent: the
+        # engines started from the same model and keep them (whole layers; VLLMEngine.update_weights).
+        state = self._full_state_dict(trainable_only=True)
         if self.rank != 0:
             return None
         cast = torch_dtype(dtype) if dtype != "model" else None

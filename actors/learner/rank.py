@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from actors.learner.batch import TrainBatch
+from actors.learner.batch import TrainBatch, group_rows, split_at_groups
 from algorithms.schedule import warmup_factor, warmup_steps
 from configs.schema import LearnerConfig
 
@@ -209,22 +209,70 @@ class DeepSpeedRank:
         return float(norm) if norm is not None else self._grad_norm
 
     # -- batches ------------------------------------------------------------------------------------------
-    def _my_rows(self, rows: torch.Tensor) -> torch.Tensor:
-        return rows[self.rank :: self.world_size]
+    def _rank_rows(self, rows: torch.Tensor, batch: TrainBatch) -> list[torch.Tensor]:
+        """Every rank's share of `rows`: a stride, or with `shared_prefix` contiguous slices cut at group
+        boundaries (a group's rows stay on one rank, where they pack)."""
+        if self.config.shared_prefix:
+            return split_at_groups(rows, batch.group_ids, self.world_size)
+        return [rows[r :: self.world_size] for r in range(self.world_size)]
 
-    def _micro_batches(self, rows: torch.Tensor, count: int | None = None) -> list[torch.Tensor]:
-        count = count or max(1, -(-len(rows) // self.micro_batch_size))
-        return [r for r in torch.tensor_split(rows, count) if len(r)] if len(rows) else []
+    def _my_rows(self, rows: torch.Tensor, batch: TrainBatch) -> torch.Tensor:
+        """This rank's share of `rows` (`_rank_rows`)."""
+        return self._rank_rows(rows, batch)[self.rank]
 
-    def _plan(self, batch: TrainBatch, epoch: int) -> list[torch.Tensor]:
-        """Mini-batches (global row indices) of one epoch; the same permutation on every rank."""
+    def _batch_rows(self, batch: TrainBatch) -> torch.Tensor:
+        """Every row of `batch`, with `shared_prefix` each group's rows next to each other."""
+        if self.config.shared_prefix:
+            return torch.tensor([i for rows in group_rows(batch.group_ids) for i in rows], dtype=torch.long)
+        return torch.arange(batch.size)
+
+    def _micro_batches(self, rows: torch.Tensor, batch: TrainBatch, count: int | None = None) -> list[torch.Tensor]:
+        """`rows` in `count` micro-batches (default: of `micro_batch_size` rows), cut at group boundaries
+        with `shared_prefix`; empty ones dropped."""
+        count = max(1, -(-len(rows) // self.micro_batch_size)) if count is None else count
+        if not len(rows) or not count:
+            return []
+        parts = split_at_groups(rows, batch.group_ids, count) if self.config.shared_prefix else rows.tensor_split(count)
+        return [r for r in parts if len(r)]
+
+    def _plan(self, batch: TrainBatch, epoch: int, keep: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """Mini-batches (global row indices) of one epoch; the same permutation on every rank.
+
+        `keep`: `[B]` bool, the rows to train on (`skip_zero_advantage`); the permutation is the whole
+        batch's, the kept rows are split into as many mini-batches as the whole batch would give (the
+        same number of optimizer steps, each on fewer rows); a mini-batch left empty is dropped."""
         size, mini = batch.size, self.config.mini_batch_size
         if size % mini:
             raise ValueError(f"train batch of {size} sequences is not a multiple of learner.mini_batch_size "
                              f"({mini}); change rollout batch size × samples per prompt or the mini-batch size")
         gen = torch.Generator().manual_seed(self.config.seed * 1_000_003 + self.updates * 101 + epoch)
-        perm = torch.randperm(size, generator=gen) if self.config.shuffle else torch.arange(size)
-        return list(perm.split(mini))
+        if self.config.shared_prefix:  # shuffle groups, not rows: a group's rows stay together and pack
+            groups = group_rows(batch.group_ids)
+            order = torch.randperm(len(groups), generator=gen).tolist() if self.config.shuffle else range(len(groups))
+            perm = torch.tensor([i for g in order for i in groups[g]], dtype=torch.long)
+        else:
+            perm = torch.randperm(size, generator=gen) if self.config.shuffle else torch.arange(size)
+        if keep is None and not self.config.shared_prefix:
+            return list(perm.split(mini))
+        rows = perm if keep is None else perm[keep[perm]]
+        parts = split_at_groups(rows, batch.group_ids, size // mini) if self.config.shared_prefix else \
+            rows.tensor_split(size // mini)
+        return [m for m in parts if len(m)]
+
+    def _accumulation(self, mini_rows: torch.Tensor, batch: TrainBatch) -> list[torch.Tensor]:
+        """This rank's micro-batches of a mini-batch: `grad_accum_steps` of them, fewer when a rank's share
+        is short (rows skipped), the same count on every rank (each rank does as many backward passes; a
+        mini-batch with fewer rows than ranks gives none)."""
+        shares = self._rank_rows(mini_rows, batch)
+        count = min(self.grad_accum_steps, min(len(s) for s in shares))
+        return self._micro_batches(shares[self.rank], batch, count)
+
+    def _backward(self, loss: torch.Tensor, last: bool) -> None:
+        """Backward of one micro-batch, then `engine.step()`; the optimizer steps after the mini-batch's
+        `last` micro-batch (set here, not counted by DeepSpeed: a short mini-batch has fewer of them)."""
+        self.engine.set_gradient_accumulation_boundary(last)
+        self.engine.backward(loss, scale_wrt_gas=False)
+        self._optimizer_step()
 
     def _loss_scale(self, mb: TrainBatch, mini_mask: torch.Tensor, agg: str) -> float:
         """Weight of a micro-batch's aggregated loss so the sum over the mini-batch's micro-batches and
@@ -272,13 +320,16 @@ class DeepSpeedRank:
         self.updates = int(client["updates"])
         _set_rng_state(client["rng"])
 
-    def _full_state_dict(self) -> dict[str, torch.Tensor]:
-        """The module's parameters gathered from ZeRO partitions (every rank must call; tied weights once)."""
+    def _full_state_dict(self, trainable_only: bool = False) -> dict[str, torch.Tensor]:
+        """The module's parameters gathered from ZeRO partitions (every rank must call; tied weights once);
+        `trainable_only`: those the optimizer updates (a frozen tensor never differs from the starting model)."""
         import deepspeed
 
         module = self.engine.module
         out: dict[str, torch.Tensor] = {}
         for name, p in module.named_parameters():  # named_parameters() lists a tied weight once
+            if trainable_only and not p.requires_grad:
+                continue
             with deepspeed.zero.GatheredParameters([p], enabled=self.config.zero_stage == 3):
                 out[name] = p.detach().to("cpu", copy=True)
         return out

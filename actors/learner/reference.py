@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from actors.learner.batch import TrainBatch
+from actors.learner.batch import TrainBatch, group_rows
 from actors.learner.rank import torch_dtype
 from actors.learner.token_stats import PolicyTokenStats
 from configs.schema import LearnerConfig
@@ -33,13 +33,14 @@ class ReferenceModel:
         self.device = torch.device("cuda" if self.config.gpus_per_rank > 0 and torch.cuda.is_available() else "cpu")
         path = resolve_model(self.config.reference_model or self.config.model)
         lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(self.config.dtype)).to(self.device).eval()
-        self.module = PolicyTokenStats(lm, self.config.logprob_chunk_tokens, temperature)
+        self.module = PolicyTokenStats(lm, self.config.logprob_chunk_tokens, temperature, self.config.shared_prefix)
 
     @torch.no_grad()
     def compute_logprobs(self, batch: TrainBatch) -> torch.Tensor:
         """Reference log-probs `[B, R]` float32 of the response tokens (0 where masked)."""
         out = torch.zeros((batch.size, batch.response_len))
-        rows = torch.arange(batch.size)
+        # A group's rows next to each other, so that a micro-batch packs them (`shared_prefix`).
+        rows = torch.tensor([i for g in group_rows(batch.group_ids) for i in g], dtype=torch.long)
         step = self.config.micro_batch_size
         for start in range(0, batch.size, step):
             idx = rows[start : start + step]

@@ -15,19 +15,26 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from actors.learner.packing import packed_hidden, supports_shared_prefix
+
 
 def response_hidden(decoder: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                    prompt_len: int, response_len: int) -> torch.Tensor:
-    """Decoder hidden states that predict each response token: `[b, R, H]`.
+                    prompt_len: int, response_len: int, shared_prefix: bool = False) -> tuple[torch.Tensor, int]:
+    """Decoder hidden states that predict each response token, `[b, R, H]`, and the real tokens the
+    forward pass ran over.
 
     Args:
         input_ids, attention_mask: `[b, P + R]` int64 (prompt left-padded, response right-padded).
         prompt_len: P (columns); response token j sits at column P + j and is predicted from P + j - 1.
         response_len: R (columns).
+        shared_prefix: run rows that share a prompt as one packed row, the prompt once
+            (`actors.learner.packing`; the same states up to summation order).
     """
+    if shared_prefix:
+        return packed_hidden(decoder, input_ids, attention_mask, prompt_len, response_len)
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     out = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
-    return out.last_hidden_state[:, prompt_len - 1 : prompt_len - 1 + response_len]
+    return out.last_hidden_state[:, prompt_len - 1 : prompt_len - 1 + response_len], int(attention_mask.sum())
 
 
 def _chunk_logprob_entropy(head: nn.Module, hidden: torch.Tensor, labels: torch.Tensor, temperature: float,
@@ -54,9 +61,14 @@ class PolicyTokenStats(nn.Module):
         lm: a Hugging Face causal LM (`AutoModelForCausalLM`).
         chunk_tokens: policy tokens per LM-head chunk (memory: chunk × vocab × 4 bytes, twice).
         temperature: the rollout sampling temperature (> 0).
+        shared_prefix: pack rows that share a prompt (`actors.learner.packing`) where the model
+            supports it exactly (`supports_shared_prefix`); `self.shared_prefix` says whether it is on.
+
+    `self.tokens_run` is the number of real tokens the last forward pass ran over (packed: each
+    shared prompt once).
     """
 
-    def __init__(self, lm: nn.Module, chunk_tokens: int = 512, temperature: float = 1.0):
+    def __init__(self, lm: nn.Module, chunk_tokens: int = 512, temperature: float = 1.0, shared_prefix: bool = False):
         super().__init__()
         if chunk_tokens < 1 or temperature <= 0:
             raise ValueError(f"PolicyTokenStats: chunk_tokens must be >= 1 and temperature > 0, "
@@ -64,6 +76,8 @@ class PolicyTokenStats(nn.Module):
         self.lm = lm
         self.chunk_tokens, self.temperature = chunk_tokens, temperature
         self.softcap = getattr(lm.config, "final_logit_softcapping", None)
+        self.shared_prefix = shared_prefix and supports_shared_prefix(self.decoder.config) is None
+        self.tokens_run = 0
 
     @property
     def decoder(self) -> nn.Module:
@@ -85,7 +99,8 @@ class PolicyTokenStats(nn.Module):
             of the logits after soft-capping, divided by `temperature`.
         """
         R = loss_mask.shape[1]
-        hidden = response_hidden(self.decoder, input_ids, attention_mask, prompt_len, R)
+        hidden, self.tokens_run = response_hidden(self.decoder, input_ids, attention_mask, prompt_len, R,
+                                                  self.shared_prefix)
         labels = input_ids[:, prompt_len : prompt_len + R]
         sel = loss_mask > 0
         h, y = hidden[sel], labels[sel]  # [N, H], [N]
@@ -117,11 +132,14 @@ class ValueModel(nn.Module):
     Args:
         decoder: a Hugging Face base model (`AutoModel`), e.g. the policy's decoder.
         hidden_size: its hidden size (the head's input width).
+        shared_prefix: as in `PolicyTokenStats`.
     """
 
-    def __init__(self, decoder: nn.Module, hidden_size: int):
+    def __init__(self, decoder: nn.Module, hidden_size: int, shared_prefix: bool = False):
         super().__init__()
         self.decoder = decoder
+        self.shared_prefix = shared_prefix and supports_shared_prefix(decoder.config) is None
+        self.tokens_run = 0
         self.value_head = nn.Linear(hidden_size, 1)
         # A small head (OpenRLHF's init) keeps the first values near 0, the returns' scale at start.
         nn.init.normal_(self.value_head.weight, std=1.0 / (hidden_size + 1))
@@ -131,6 +149,7 @@ class ValueModel(nn.Module):
                 prompt_len: int) -> torch.Tensor:
         """Values `[b, R]` float32: V of the state before each response token (hidden state at column
         P + j - 1), 0 where `loss_mask` is 0. Inputs as in `PolicyTokenStats.forward`."""
-        hidden = response_hidden(self.decoder, input_ids, attention_mask, prompt_len, loss_mask.shape[1])
+        hidden, self.tokens_run = response_hidden(self.decoder, input_ids, attention_mask, prompt_len,
+                                                  loss_mask.shape[1], self.shared_prefix)
         values = self.value_head(hidden).squeeze(-1).float()
         return torch.where(loss_mask > 0, values, torch.zeros_like(values))

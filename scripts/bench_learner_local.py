@@ -1,0 +1,230 @@
+"""`scripts.bench_learner --local`: one `PolicyLearner` in this process, no Ray and no engine.
+
+    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.bench_learner --local [--shape main] [--group 4]
+        [--questions 8] [--steps 3] [--setting "learner.shared_prefix=false" --setting ...] [--random-init]
+        [key=value ...]
+
+What a bare machine can run (a GPU box without Ray or vLLM): the project's own learner (DeepSpeed
+engine, `PolicyTokenStats`, the GRPO loss) on CUDA when `learner.gpus_per_rank` > 0 and CUDA is
+present, else on the CPU. The batch is real text in a training step's shape:
+
+- `--shape main`: the main job's s3 select-only episodes: the s3 prompt over 3 corpus passages
+  (~620 tokens with Gemma's tokenizer) and a short selection answer (≤ 16 tokens, all policy tokens);
+- `--shape multi_turn`: a Search-R1 prompt and `--response-tokens` of policy text and retrieved
+  passages in turns (passages under loss mask 0).
+
+Each of `--questions` questions has `--group` samples that share the prompt (a GRPO group) and differ
+in their responses. Each `--setting "learner.k=v,..."` measures the same batches with those learner
+keys over the config (a fresh learner in its own process each, the same seed); without one the
+config's settings run once. Per setting: seconds per update (the
+median after the first, a warm-up), sequence tokens the forward passes ran over, policy tokens, model
+FLOPs of that work over seconds (MFU against this machine's measured matmul peak in the training
+dtype, or the GPU's dense bf16 peak given by `--peak-tflops`), and peak memory during the updates
+(CUDA: allocator peak; CPU: the process's resident set). Ends with one line:
+`learner local (<model>, <shape>, …): <setting>: update_s=… sequence_tokens=… mfu=… peak_gib=…; … speedup=…`
+(the first setting's seconds over the last's).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import random
+import statistics
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+
+def main_shape_trajectories(cfg, tokenizer, questions: int, group: int, seed: int = 0) -> list[dict]:
+    """The main job's s3 select-only shape: s3 prompt over 3 passages, `group` selections each."""
+    from pipelines.data import iter_corpus, iter_qa, pack_file
+    from recipes import get_recipe
+
+    rng = random.Random(seed)
+    recipe = get_recipe("s3", max_turns=0, prefill="<important_info>[")
+    passages = list(iter_corpus(pack_file(cfg.data.corpus, cfg.data.dir), limit=3000))
+    out = []
+    for q, ex in enumerate(iter_qa(pack_file(cfg.data.train, cfg.data.dir), limit=questions)):
+        docs = [{"doc_id": p.id, "title": p.title, "text": p.text} for p in rng.sample(passages, 3)]
+        prompt = recipe.start(ex.question, ex.golden_answers, docs, chat=False).prompt.render(None)
+        ids = tokenizer.encode(prompt)
+        for _ in range(group):
+            picks = sorted(rng.sample([1, 2, 3], rng.randint(1, 3)))
+            text = ", ".join(map(str, picks)) + "]</important_info>"
+            response = tokenizer.encode(text, add_special_tokens=False)[:16]
+            out.append({"prompt_ids": ids, "response_ids": response, "loss_mask": [1] * len(response),
+                        "logprobs": [0.0] * len(response), "group_id": f"q{q}"})
+    return out
+
+
+def multi_turn_trajectories(cfg, tokenizer, questions: int, group: int, response_tokens: int,
+                            seed: int = 0) -> list[dict]:
+    """Search-R1 prompts, `group` responses each of policy text and passages (mask 0) in turns."""
+    from scripts.bench_learner import real_text_trajectories
+
+    rows = real_text_trajectories(cfg, tokenizer, questions * group, response_tokens, seed=seed)
+    return [{**r, "prompt_ids": rows[i - i % group]["prompt_ids"], "group_id": f"q{i // group}"}
+            for i, r in enumerate(rows)]
+
+
+class PeakMemory:
+    """Peak memory while a block runs: CUDA allocator peak, else the resident set sampled every 20 ms
+    (bytes; the process's, model and optimizer state included)."""
+
+    def __init__(self, device: str):
+        self.device, self.peak, self._stop = device, 0, threading.Event()
+
+    def __enter__(self) -> PeakMemory:
+        import psutil
+        import torch
+
+        if self.device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+            return self
+        proc = psutil.Process()
+
+        def sample() -> None:
+            while not self._stop.wait(0.02):
+                self.peak = max(self.peak, proc.memory_info().rss)
+
+        self._thread = threading.Thread(target=sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import torch
+
+        if self.device == "cuda":
+            self.peak = int(torch.cuda.max_memory_allocated())
+            return
+        self._stop.set()
+        self._thread.join()
+
+
+def _learner(cfg, learner_cfg, random_init: bool):
+    """A set-up `PolicyLearner` (one rank, its process group started once per process)."""
+    import torch.distributed as dist
+
+    from actors.learner.policy import PolicyLearner
+    from actors.learner.rank import free_port
+
+    learner = PolicyLearner(learner_cfg, temperature=cfg.rollout.temperature)
+    if not dist.is_initialized():
+        learner.init_distributed("127.0.0.1", free_port())
+    learner.setup(random_init=random_init)
+    return learner
+
+
+def bench_setting(cfg, learner_cfg, batch, steps: int, random_init: bool) -> dict:
+    """`steps` GRPO updates of a fresh learner on `batch`: seconds, tokens and peak memory."""
+    import torch
+
+    from algorithms import AlgorithmConfig, grpo_advantages
+
+    learner = _learner(cfg, learner_cfg, random_init)
+    rewards = torch.tensor([float((i * 7) % 3 == 0) for i in range(batch.size)])
+    train = batch.with_fields(advantages=grpo_advantages(rewards, batch.group_ids, batch.loss_mask), old_logprobs=None)
+    device = learner.device.type
+    rows = []
+    with PeakMemory(device) as mem:
+        for step in range(steps):
+            if device == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            m = learner.update(train, AlgorithmConfig(kl_coef=0.0))
+            if device == "cuda":
+                torch.cuda.synchronize()
+            m["wall_s"] = time.perf_counter() - t0
+            rows.append(m)
+            print(f"  step {step}: {m['wall_s']:.2f} s, {m['sequence_tokens']:.0f} sequence tokens, "
+                  f"loss {m['policy_loss']:.4f}", flush=True)
+    shape = _model_shape(learner.engine.module.lm)
+    learner.shutdown()
+    timed = rows[1:] or rows
+    return {"update_s": statistics.median(r["wall_s"] for r in timed), "sequence_tokens": rows[0]["sequence_tokens"],
+            "policy_tokens": rows[0]["tokens"], "peak_bytes": mem.peak, "device": device,
+            "update_s_all": [r["wall_s"] for r in rows], "loss": [r["policy_loss"] for r in rows],
+            "flops_model": shape}
+
+
+def parse_setting(text: str) -> dict[str, Any]:
+    """`"learner.a=1,learner.b=false"` -> `{"a": 1, "b": False}` (learner keys only; YAML values).
+
+    Raises:
+        ValueError: an item without "=", or a key outside `learner.`.
+    """
+    import yaml
+
+    out = {}
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.startswith("learner."):
+            raise ValueError(f"--setting {text!r}: each item is learner.KEY=VALUE, got {item!r}")
+        out[key.removeprefix("learner.")] = yaml.safe_load(value)
+    return out
+
+
+def _model_shape(lm) -> dict:
+    from actors.learner.flops import decoder_param_count
+
+    head = lm.get_output_embeddings().weight
+    return {"decoder_params": decoder_param_count(lm), "hidden": int(head.shape[1]), "vocab": int(head.shape[0])}
+
+
+def run_local(args, cfg) -> dict:
+    """The benchmark of the module docstring; returns the summary written to `--out`."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from actors.engines.models import resolve_model
+    from actors.learner.batch import make_train_batch
+    from actors.learner.flops import matmul_peak_flops, update_flops
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(cfg.learner.model))
+    if args.shape == "main":
+        trajs = main_shape_trajectories(cfg, tokenizer, args.questions, args.group)
+    else:
+        trajs = multi_turn_trajectories(cfg, tokenizer, args.questions, args.group, args.response_tokens)
+    batch = make_train_batch(trajs, tokenizer.pad_token_id or 0)
+    update = {"mini_batch_size": batch.size, "num_ranks": 1}
+    if torch.cuda.is_available() and cfg.learner.gpus_per_rank == 0 and args.cuda:
+        update["gpus_per_rank"] = 1.0
+    settings = {text or "config": parse_setting(text) for text in args.setting} or {"config": {}}
+    results = {}
+    for name, change in settings.items():
+        print(f"{name}: {batch.size} sequences, prompt {batch.prompt_len} columns, response {batch.response_len}",
+              flush=True)
+        learner_cfg = cfg.learner.model_copy(update={**update, **change})
+        learner_cfg = type(learner_cfg).model_validate(learner_cfg.model_dump())  # the setting's values checked
+        # A process per setting: its own peak memory, and nothing left over from the one before.
+        with multiprocessing.get_context("spawn").Pool(1) as pool:
+            results[name] = pool.apply(bench_setting, (cfg, learner_cfg, batch, args.steps, args.random_init))
+    device = next(iter(results.values()))["device"]
+    if device == "cuda":
+        peak = args.peak_tflops * 1e12
+    else:
+        peak = matmul_peak_flops(cfg.learner.dtype)
+    for r in results.values():
+        s = r.pop("flops_model")
+        r["model_flops"] = update_flops(s["decoder_params"], s["hidden"], s["vocab"], int(r["sequence_tokens"]),
+                                        int(r["policy_tokens"]))
+        r["mfu"] = r["model_flops"] / r["update_s"] / peak
+    first = next(iter(results.values()))
+    summary = {"model": cfg.learner.model, "shape": args.shape, "questions": args.questions, "group": args.group,
+               "sequences": batch.size, "prompt_columns": batch.prompt_len, "response_columns": batch.response_len,
+               "unpacked_tokens": int(batch.attention_mask.sum()), "dtype": cfg.learner.dtype,
+               "gradient_checkpointing": cfg.learner.gradient_checkpointing,
+               "micro_batch_size": cfg.learner.micro_batch_size, "peak_flops": peak, "device": device,
+               "results": results}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(summary, indent=2))
+    parts = []
+    for name, r in results.items():
+        parts.append(f"{name}: update_s={r['update_s']:.3g} sequence_tokens={r['sequence_tokens']:.0f} "
+                     f"mfu={r['mfu']:.3g} peak_gib={r['peak_bytes'] / 2**30:.2f}")
+    speedup = f" speedup={first['update_s'] / list(results.values())[-1]['update_s']:.2f}x" if len(results) > 1 else ""
+    print(f"learner local ({cfg.learner.model}, {args.shape}, {args.questions}x{args.group}, {device}): "
+          + "; ".join(parts) + speedup, flush=True)
+    return summary

@@ -1,0 +1,59 @@
+"""`algorithm.skip_zero_advantage` (issue 38): groups whose advantages are all zero leave the update."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from actors.learner.batch import make_train_batch
+from algorithms import AlgorithmConfig, grpo_advantages, zero_advantage_groups
+
+
+def test_zero_advantage_groups_by_hand():
+    adv = torch.tensor([[0.0, 0.0], [0.0, 0.0], [0.5, 0.5], [-0.5, 0.0], [0.0, 0.0], [0.0, 0.3]])
+    mask = torch.tensor([[1, 1], [1, 0], [1, 1], [1, 0], [1, 1], [1, 0]], dtype=torch.float)
+    # Group c's only non-zero advantage sits on a masked token: no gradient, so it is dropped too.
+    got = zero_advantage_groups(adv, mask, ["a", "a", "b", "b", "c", "c"])
+    assert got.tolist() == [True, True, False, False, True, True]
+
+
+def test_grpo_groups_of_equal_rewards_are_the_zero_ones():
+    mask = torch.ones(6, 3)
+    adv = grpo_advantages(torch.tensor([1.0, 1.0, 0.0, 1.0, 0.3, 0.3]), ["a", "a", "b", "b", "c", "c"], mask)
+    assert zero_advantage_groups(adv, mask, ["a", "a", "b", "b", "c", "c"]).tolist() == [True, True, False, False,
+                                                                                        True, True]
+
+
+def test_skip_with_a_kl_or_entropy_loss_term_is_a_config_error():
+    AlgorithmConfig(kl_coef=0.0, skip_zero_advantage=True)
+    AlgorithmConfig(kl_coef=0.001, kl_in_reward=True, skip_zero_advantage=True)  # the KL is in the advantages
+    with pytest.raises(ValueError, match="skip_zero_advantage.*kl_coef=0"):
+        AlgorithmConfig(kl_coef=0.001, skip_zero_advantage=True)
+    with pytest.raises(ValueError, match="skip_zero_advantage.*entropy_coef"):
+        AlgorithmConfig(kl_coef=0.0, entropy_coef=0.01, skip_zero_advantage=True)
+
+
+@pytest.mark.parametrize("shared_prefix", [True, False])
+def test_plan_keeps_the_optimizer_steps_and_drops_the_skipped_rows(shared_prefix):
+    """The kept rows fill as many mini-batches as the whole batch would; every rank does the same
+    number of backward passes; an all-skipped batch gives no step."""
+    from actors.learner.policy import PolicyLearner
+
+    trajs = [{"prompt_ids": [7, g], "response_ids": [1, 2], "loss_mask": [1, 1], "logprobs": [0.0, 0.0],
+              "group_id": f"q{g}"} for g in range(4) for _ in range(4)]
+    batch = make_train_batch(trajs, 0)
+    keep = torch.tensor([g not in ("q1", "q2") for g in batch.group_ids])
+    for world in (1, 2):
+        counts, seen = [], []
+        for rank in range(world):
+            learner = PolicyLearner({"mini_batch_size": 8, "micro_batch_size": 2, "num_ranks": world,
+                                     "shared_prefix": shared_prefix}, rank, world)
+            plan = learner._plan(batch, 0, keep)
+            assert len(plan) == 2 and all(len(m) == 4 for m in plan)
+            micros = [learner._accumulation(m, batch) for m in plan]
+            counts.append([len(m) for m in micros])
+            seen += [i for m in micros for mb in m for i in mb.tolist()]
+        assert len({tuple(c) for c in counts}) == 1  # the same number of backward passes on every rank
+        assert sorted(seen) == [i for i in range(16) if keep[i]]
+        none = learner._plan(batch, 0, torch.zeros(16, dtype=torch.bool))
+        assert none == []
