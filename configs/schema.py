@@ -48,6 +48,17 @@ class RayConfig(StrictModel):
     )
 
 
+class LoraSettings(StrictModel):
+    """LoRA adapters of the policy (`actors.learner.lora`, peft): only they train."""
+
+    rank: int = Field(16, ge=1, description="Adapter rank r.")
+    alpha: float = Field(32.0, gt=0, description="Scale numerator: the update is (alpha / r) · B·A.")
+    target_modules: str | list[str] = Field(
+        "all-linear", description="Modules that get adapters: peft's 'all-linear' (every linear layer but the LM "
+        "head) or a list of module names (e.g. [q_proj, v_proj]).")
+    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the adapter's input.")
+
+
 class LearnerConfig(StrictModel):
     """DeepSpeed learners: policy, critic (PPO) and the frozen reference model.
 
@@ -86,6 +97,10 @@ class LearnerConfig(StrictModel):
     )
     ppo_epochs: int = Field(1, gt=0, description="Passes over each rollout batch.")
     shuffle: bool = Field(True, description="Shuffle sequences into mini-batches (seeded, same on every rank).")
+    lora: LoraSettings | None = Field(
+        None, description="Train LoRA adapters instead of every weight (peft; 'LoRA Without Regret' uses about 10x "
+        "the full fine-tuning learning rate). The engines, checkpoints' policy/hf and serving get merged weights; "
+        "checkpoints also hold the adapter (policy/adapter). None = full fine-tuning.")
     shared_prefix: bool = Field(
         True, description="Run the samples of one prompt as one packed row, the prompt once (actors.learner.packing; "
         "Prefix Grouper): the same log-probs and gradients as unpacked, up to summation order. Used where the model "

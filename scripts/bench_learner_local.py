@@ -150,15 +150,22 @@ def bench_setting(cfg, learner_cfg, batch, steps: int, random_init: bool) -> dic
 
 
 def parse_setting(text: str) -> dict[str, Any]:
-    """`"learner.a=1,learner.b=false"` -> `{"a": 1, "b": False}` (learner keys only; YAML values).
+    """`"learner.a=1,learner.b=false,learner.lora={rank: 1, alpha: 10}"` -> `{"a": 1, "b": False, "lora":
+    {"rank": 1, "alpha": 10}}` (learner keys only; YAML values).
 
     Raises:
         ValueError: an item without "=", or a key outside `learner.`.
     """
     import yaml
 
+    items, depth, start = [], 0, 0
+    for i, ch in enumerate(text + ","):  # commas inside {...} or [...] belong to the value
+        depth += (ch in "{[") - (ch in "}]")
+        if ch == "," and depth == 0:
+            items.append(text[start:i].strip())
+            start = i + 1
     out = {}
-    for item in filter(None, (t.strip() for t in text.split(","))):
+    for item in filter(None, items):
         key, sep, value = item.partition("=")
         if not sep or not key.startswith("learner."):
             raise ValueError(f"--setting {text!r}: each item is learner.KEY=VALUE, got {item!r}")

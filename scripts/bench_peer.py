@@ -156,6 +156,7 @@ def run_trl(args, workload: str, cfg, out: Path, run_dir: Path, model_dir: str, 
            "--threads", str(ln.torch_threads or 2), *(["--bf16"] if ln.dtype == "bf16" else []),
            "--workload", workload, "--recipe", cfg.train.recipe,
            "--recipe-options", json.dumps(cfg.train.recipe_options), "--limits", json.dumps(limits),
+           *(["--lora", json.dumps(ln.lora.model_dump())] if ln.lora else []),
            *(["--retrieve-url", url] if url else [])]
     env = {**os.environ, "TRL_EXPERIMENTAL_SILENCE": "1", "PYTHONPATH": str(Path.cwd())}
     subprocess.run(cmd, check=True, env=env)

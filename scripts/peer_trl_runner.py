@@ -45,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limits", default="{}", help="JSON: max_new_tokens_per_turn, max_observation_tokens, "
                                                   "max_total_tokens (multi_turn)")
     p.add_argument("--retrieve-url", default="http://127.0.0.1:8001", help="the retrieval server (multi_turn)")
+    p.add_argument("--lora", default=None, help="JSON {rank, alpha, target_modules, dropout}: LoRA adapters "
+                                                "through peft_config, as searchrl's learner.lora")
     args = p.parse_args(argv)
 
     import torch
@@ -128,9 +130,16 @@ def main(argv: list[str] | None = None) -> int:
         beta=0.0, loss_type="dapo", scale_rewards="group", num_iterations=1, shuffle_dataset=False, bf16=args.bf16,
         use_cpu=True, gradient_checkpointing=True, logging_steps=1, save_strategy="no", report_to="none",
         seed=args.seed, max_grad_norm=1.0)
+    peft_config = None
+    if args.lora:  # the same adapters as searchrl's learner.lora
+        from peft import LoraConfig
+
+        lora = json.loads(args.lora)
+        peft_config = LoraConfig(r=lora["rank"], lora_alpha=lora["alpha"], target_modules=lora["target_modules"],
+                                 lora_dropout=lora["dropout"], bias="none", task_type="CAUSAL_LM")
     trainer = GRPOTrainer(model=model, processing_class=tok, reward_funcs=[f1_reward], args=config,
                           train_dataset=Dataset.from_list([{"prompt": r["prompt"]} for r in rows[:need]]),
-                          callbacks=[StepTimer()], rollout_func=rollout_func)
+                          callbacks=[StepTimer()], rollout_func=rollout_func, peft_config=peft_config)
     t = time.perf_counter()
     trainer.train()
     Path(args.out).write_text(json.dumps({"framework": "trl", "steps": steps, "seconds": time.perf_counter() - t}))

@@ -449,3 +449,41 @@ def test_bench_learner_local_runs_without_ray(tiny_gemma_dir, data_dir, tmp_path
     assert on["sequence_tokens"] < off["sequence_tokens"] and on["policy_tokens"] == off["policy_tokens"] > 0
     # The same micro-batches (no shuffle): the same loss, computed packed and unpacked.
     assert on["mfu"] > 0 and on["peak_bytes"] > 0 and on["loss"][0] == pytest.approx(off["loss"][0], abs=1e-4)
+
+
+def test_lora_policy_trains_its_adapters_and_hands_out_merged_weights(ray_local, tiny_gemma_dir, tmp_path):
+    """Issue 38, `learner.lora`: the update moves the policy through its adapters alone; the weights synced
+    to the engines are whole decoder layers, merged; the checkpoint's policy/hf is a plain Hugging Face
+    model that gives the learner's log-probs, and policy/adapter loads with peft over the base model."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from actors.learner.group import LearnerGroup
+
+    batch = make_train_batch(synthetic_trajectories(4), pad_token_id=0)
+    group = LearnerGroup("policy", learner_config(tiny_gemma_dir, zero_stage=0, lr=1e-2,
+                                                  lora={"rank": 4, "alpha": 8}))
+    try:
+        b, _ = with_grpo(group, batch, [1.0, 0.0, 0.0, 1.0])
+        m = group.update(b, AlgorithmConfig(kl_coef=0.0))
+        after, _ = group.compute_logprobs(batch)
+        assert m["grad_norm"] > 0 and ((after - b.old_logprobs) * batch.loss_mask).abs().sum() > 0
+        synced = dict(ray_local.get(group.actors[0].named_weights.remote("fp32")))
+        folder = Path(group.save_checkpoint(str(tmp_path / "ckpt")))
+    finally:
+        group.shutdown()
+    assert synced and all(n.startswith("model.layers.") and "lora" not in n and "base_layer" not in n for n in synced)
+    assert any(n.endswith("input_layernorm.weight") for n in synced)  # whole layers: vLLM reloads layer by layer
+    merged = AutoModelForCausalLM.from_pretrained(str(folder / "hf"), dtype=torch.float32)
+    stats = PolicyTokenStats(merged, chunk_tokens=8)
+    with torch.no_grad():
+        lp, _ = stats(batch.input_ids, batch.attention_mask, batch.loss_mask, batch.prompt_len)
+    assert torch.allclose(lp, after, atol=1e-4), (lp - after).abs().max()
+    for name, t in synced.items():
+        assert torch.equal(t, dict(merged.named_parameters())[name].detach()), name
+    adapted = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_gemma_dir, dtype=torch.float32),
+                                        str(folder / "adapter"))
+    with torch.no_grad():
+        lp2, _ = PolicyTokenStats(adapted.base_model.model, chunk_tokens=8)(
+            batch.input_ids, batch.attention_mask, batch.loss_mask, batch.prompt_len)
+    assert torch.allclose(lp2, after, atol=1e-4)

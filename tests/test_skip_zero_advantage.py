@@ -57,3 +57,22 @@ def test_plan_keeps_the_optimizer_steps_and_drops_the_skipped_rows(shared_prefix
         assert sorted(seen) == [i for i in range(16) if keep[i]]
         none = learner._plan(batch, 0, torch.zeros(16, dtype=torch.bool))
         assert none == []
+
+
+def test_kept_groups_pack_whole_in_micro_batches_of_the_configured_size():
+    """The main job's shape: 8 questions x 4 samples, micro-batches of 4, one mini-batch. With 6 groups
+    skipped, the 2 kept ones still run as 2 passes of one whole group each (not 8 passes of one row,
+    each computing the prompt again)."""
+    from actors.learner.policy import PolicyLearner
+
+    trajs = [{"prompt_ids": [7, g], "response_ids": [1, 2], "loss_mask": [1, 1], "logprobs": [0.0, 0.0],
+              "group_id": f"q{g}"} for g in range(8) for _ in range(4)]
+    batch = make_train_batch(trajs, 0)
+    learner = PolicyLearner({"mini_batch_size": 32, "micro_batch_size": 4})
+    keep = torch.tensor([g in ("q2", "q5") for g in batch.group_ids])
+    (mini,) = learner._plan(batch, 0, keep)
+    micros = learner._accumulation(mini, batch)
+    assert sorted(len({batch.group_ids[i] for i in m.tolist()}) for m in micros) == [1, 1]
+    assert [len(m) for m in micros] == [4, 4]
+    (whole,) = learner._plan(batch, 0)
+    assert [len(m) for m in learner._accumulation(whole, batch)] == [4] * 8  # grad_accum_steps passes

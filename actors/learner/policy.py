@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from actors.learner.batch import TrainBatch
+from actors.learner.lora import adapted_layers, add_lora, merged_state, save_adapter
 from actors.learner.rank import DeepSpeedRank, mean_metrics, torch_dtype
 from actors.learner.token_stats import PolicyTokenStats
 from algorithms import (
@@ -73,6 +74,8 @@ class PolicyLearner(DeepSpeedRank):
             lm.get_input_embeddings().weight.requires_grad_(False)
         if self.config.gradient_checkpointing:
             lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if self.config.lora:  # only the adapters train (actors.learner.lora)
+            lm = add_lora(lm, self.config.lora, self.config.gradient_checkpointing)
         module = PolicyTokenStats(lm, self.config.logprob_chunk_tokens, self.temperature, self.config.shared_prefix)
         self._start_engine(module, self.config.lr)
         return sum(p.numel() for p in lm.parameters())
@@ -199,11 +202,20 @@ class PolicyLearner(DeepSpeedRank):
         (gathered from ZeRO partitions; every rank must call; rank 0 gets the list, others None)."""
         # Frozen tensors (`freeze_embeddings`: 168M of Gemma 3 270M's 268M parameters) are never sent: the
         # engines started from the same model and keep them (whole layers; VLLMEngine.update_weights).
-        state = self._full_state_dict(trainable_only=True)
+        # LoRA: the decoder layers with adapters, merged (every tensor of such a layer: vLLM reloads whole layers).
+        state = self._full_state_dict(trainable_only=not self.config.lora)
         if self.rank != 0:
             return None
+        state = {name.removeprefix("lm."): t for name, t in state.items()}
+        if self.config.lora:
+            layers = adapted_layers(state)
+            state = {n: t for n, t in self._merged(state).items() if n.startswith(tuple(layers))}
         cast = torch_dtype(dtype) if dtype != "model" else None
-        return [(name.removeprefix("lm."), t.to(cast) if cast else t) for name, t in state.items()]
+        return [(name, t.to(cast) if cast else t) for name, t in state.items()]
+
+    def _merged(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Hugging Face weights of a LoRA policy's state (`actors.learner.lora.merged_state`)."""
+        return merged_state(state, self.config.lora.alpha / self.config.lora.rank)
 
     def sync_payload(self, dtype: str = "bf16") -> tuple[int, list[tuple[str, torch.Tensor]] | None]:
         """`(bytes, named_weights(dtype))` for `LearnerGroup.sync_weights`, called with two returns: the
@@ -218,6 +230,9 @@ class PolicyLearner(DeepSpeedRank):
         state = {n.removeprefix("lm."): t for n, t in self._full_state_dict().items()}
         if self.rank == 0:
             lm = self.engine.module.lm
+            if self.config.lora:  # the merged model (what evaluation and serving load) and the adapter alone
+                save_adapter(state, self.config.lora, directory.parent / "adapter", self.model_path)
+                state = self._merged(state)
             lm.save_pretrained(str(directory), state_dict=state, safe_serialization=True)
             AutoTokenizer.from_pretrained(self.model_path).save_pretrained(str(directory))
 

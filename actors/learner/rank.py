@@ -260,11 +260,11 @@ class DeepSpeedRank:
         return [m for m in parts if len(m)]
 
     def _accumulation(self, mini_rows: torch.Tensor, batch: TrainBatch) -> list[torch.Tensor]:
-        """This rank's micro-batches of a mini-batch: `grad_accum_steps` of them, fewer when a rank's share
-        is short (rows skipped), the same count on every rank (each rank does as many backward passes; a
-        mini-batch with fewer rows than ranks gives none)."""
+        """This rank's micro-batches of a mini-batch, of about `micro_batch_size` rows: `grad_accum_steps`
+        of them for a whole mini-batch, fewer for a short one (rows skipped), the same count on every rank
+        (each rank does as many backward passes; a mini-batch with fewer rows than ranks gives none)."""
         shares = self._rank_rows(mini_rows, batch)
-        count = min(self.grad_accum_steps, min(len(s) for s in shares))
+        count = min(self.grad_accum_steps, min(-(-len(s) // self.micro_batch_size) for s in shares))
         return self._micro_batches(shares[self.rank], batch, count)
 
     def _backward(self, loss: torch.Tensor, last: bool) -> None:
