@@ -39,6 +39,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from scripts import soak_report as report
 
@@ -280,18 +281,32 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float) -> None:
     raise RuntimeError(f"scripts.serve was not healthy within {timeout_s:.0f} s")
 
 
+def serve_command(args) -> tuple[Any, list[str]]:
+    """(the config the server runs, its `scripts.serve` command): `--config` when given, else what
+    `scripts.serve` picks for `--checkpoint` (a run's own `config.yaml`, else its default), so an s3 run is
+    soaked as s3, with its generator.
+
+    Raises:
+        CheckpointError: `--checkpoint` names nothing servable. ConfigError: a bad config or override.
+    """
+    from serving.config import load_serving
+
+    _, cfg = load_serving(args.checkpoint, args.config, args.overrides)
+    cmd = [sys.executable, "-m", "scripts.serve", "--checkpoint", args.checkpoint,
+           *(["--config", args.config] if args.config else []),
+           f"serve.port={args.port}", "serve.host=127.0.0.1", *args.overrides]
+    return cfg, cmd
+
+
 def soak_serve(args) -> int:
     """The serve soak (see the module docstring)."""
-    from configs.loader import load_config
     from pipelines.evaluate import load_questions
 
-    cfg = load_config(args.config, args.overrides)
+    cfg, cmd = serve_command(args)
     questions = [e["question"] for e in load_questions(cfg.data.test, cfg.data.dir, 64, sample_seed=cfg.seed)]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     url = f"http://127.0.0.1:{args.port}"
-    cmd = [sys.executable, "-m", "scripts.serve", "--checkpoint", args.checkpoint, "--config", args.config,
-           f"serve.port={args.port}", "serve.host=127.0.0.1", *args.overrides]
     with open(out / "serve.log", "w") as server_log:
         proc = subprocess.Popen(cmd, stdout=server_log, stderr=subprocess.STDOUT, start_new_session=True)
         with stopping_child_on_exit(proc, SERVE_STOP_WAIT_S):
@@ -405,7 +420,8 @@ def main(argv: list[str] | None = None) -> int:
     serve = sub.add_parser("serve", help="drive scripts.serve from concurrent clients")
     serve.add_argument("--minutes", type=int, default=60)
     serve.add_argument("--checkpoint", default="gemma3-270m", help="what scripts.serve serves (--checkpoint)")
-    serve.add_argument("--config", default="configs/search_r1_main_cpu.yaml")
+    serve.add_argument("--config", default=None,
+                       help="the served config; default: the run's own config.yaml, as scripts.serve picks it")
     serve.add_argument("--clients", type=int, default=16)
     serve.add_argument("--port", type=int, default=8020)
     serve.add_argument("--start-timeout-s", type=float, default=600.0)
@@ -427,12 +443,18 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--minutes must be >= 1 and --steps >= 2")
     if args.kind == "train" and args.control_steps and not 2 <= args.control_steps <= args.steps:
         parser.error("--control-steps must be 0 (none) or from 2 to --steps")
+    from configs.loader import ConfigError
+    from serving.checkpoint import CheckpointError
+
     stop_on_sigterm()
     try:
         return soak_serve(args) if args.kind == "serve" else soak_train(args)
     except KeyboardInterrupt as e:  # the app has been stopped (stopping_child_on_exit)
         print(f"soak stopped by {e or 'SIGINT'} before its end; no soak line", file=sys.stderr)
         return 130
+    except (CheckpointError, ConfigError) as e:  # raised before anything was started
+        print(f"error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

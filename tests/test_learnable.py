@@ -28,7 +28,9 @@ def cfg(tmp_path, questions=4, samples=2):
         learner=SimpleNamespace(model="gemma3-270m"),
         train=SimpleNamespace(recipe="r1_searcher", select_questions=questions, select_samples=samples),
         rollout=SimpleNamespace(backend="vllm", chat=None, temperature=0.8, top_p=1.0, max_new_tokens_per_turn=128,
-                                max_observation_tokens=256, max_total_tokens=2048))
+                                max_observation_tokens=256, max_total_tokens=2048),
+        frozen=SimpleNamespace(model="gemma3-270m", judge_model=None, backend="vllm", max_model_len=4096,
+                               max_answer_tokens=64))
 
 
 @pytest.fixture(autouse=True)
@@ -65,6 +67,13 @@ def test_select_keeps_differing_questions_and_caches(tmp_path):
     assert [q["id"] for q in again] == ["a", "d"] and report2["cached"] and len(calls) == 1
     select_learnable(c, pool, {"stage": 2, "prefill": "<x>"}, rollout)  # another prompt: rolled out again
     assert len(calls) == 2
+    # Issue 41: for s3 the frozen generator's answers decide the selection; another generator is rolled out again.
+    for field, value in (("model", "smollm2-135m-instruct"), ("max_answer_tokens", 16)):
+        other = cfg(tmp_path)
+        setattr(other.frozen, field, value)
+        _, report3 = select_learnable(other, pool, {"stage": 2}, rollout)
+        assert not report3["cached"], field
+    assert len(calls) == 4
 
 
 def test_select_with_nothing_learnable_says_what_to_change(tmp_path):

@@ -253,3 +253,25 @@ def test_drive_mixes_the_request_kinds_and_samples_each_minute():
             statuses[k] = statuses.get(k, 0) + n
     assert statuses.get(503, 0) > 0 and sum(s["retry_after_503"] for s in series) == statuses[503]
     assert report.summarize_serve(series, 1.0, [])["errors_5xx"] == 0
+
+
+def test_serve_soak_serves_the_run_s_own_config(tmp_path, data_dir, monkeypatch):
+    """Issue 41: without --config the soak serves what scripts.serve picks for the checkpoint (a run's own
+    config.yaml), not a fixed Search-R1 config: an s3 run is soaked as s3, with its generator."""
+    import argparse
+    from types import SimpleNamespace
+
+    import serving.config
+    from configs.loader import load_config, save_config
+    from scripts.soak import serve_command
+
+    run = tmp_path / "run"
+    run.mkdir()
+    save_config(load_config("configs/main_cpu.yaml", [f"data.dir={data_dir}"]), run / "config.yaml")
+    monkeypatch.setattr(serving.config, "resolve_served", lambda path: SimpleNamespace(config=run / "config.yaml"))
+    args = argparse.Namespace(checkpoint=str(run), config=None, overrides=[], port=8020)
+    cfg, cmd = serve_command(args)
+    assert cfg.train.recipe == "s3" and "--config" not in cmd and cmd[cmd.index("--checkpoint") + 1] == str(run)
+    args.config = "configs/search_r1_main_cpu.yaml"  # an explicit --config still wins
+    cfg, cmd = serve_command(args)
+    assert cfg.train.recipe == "search_r1" and cmd[cmd.index("--config") + 1] == args.config

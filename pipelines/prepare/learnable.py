@@ -61,7 +61,8 @@ def is_learnable(f1s: Sequence[float]) -> bool:
 def selection_settings(cfg: Any, recipe_options: Mapping[str, Any], candidates: Sequence[Mapping[str, Any]],
                        samples: int) -> dict[str, Any]:
     """What a cached selection depends on (its file name is a hash of this): the policy model, the
-    recipe and its options, sampling and token limits, the candidate question ids and the index.
+    recipe and its options, sampling and token limits, the frozen generator and judge (for s3 the
+    generator's answer F1 decides which questions are kept), the candidate question ids and the index.
 
     Raises:
         IndexFormatError: no finished index at `cfg.index.dir`.
@@ -73,6 +74,8 @@ def selection_settings(cfg: Any, recipe_options: Mapping[str, Any], candidates: 
         "top_p": ro.top_p, "samples": samples, "limits": [ro.max_new_tokens_per_turn, ro.max_observation_tokens,
                                                            ro.max_total_tokens],
         "questions": [f"{q.get('dataset', '')}/{q['id']}" for q in candidates], "index": index_identity(cfg),
+        "frozen": {k: getattr(cfg.frozen, k) for k in ("model", "judge_model", "backend", "max_model_len",
+                                                       "max_answer_tokens")},
     }
 
 
