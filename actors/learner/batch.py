@@ -119,6 +119,11 @@ def group_rows(group_ids: Sequence[str]) -> list[list[int]]:
     return list(groups.values())
 
 
+def group_order(group_ids: Sequence[str]) -> torch.Tensor:
+    """`[B]` int64: every row, each group's rows next to each other (`group_rows`' order)."""
+    return torch.tensor([i for rows in group_rows(group_ids) for i in rows], dtype=torch.long)
+
+
 def split_at_groups(rows: torch.Tensor, group_ids: Sequence[str], parts: int) -> list[torch.Tensor]:
     """`rows` (each group's rows next to each other) in `parts` contiguous chunks, each as near `len/parts`
     rows as a cut at a group boundary allows; a cut falls inside a group only where no boundary is left

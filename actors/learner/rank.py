@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from actors.learner.batch import TrainBatch, group_rows, split_at_groups
+from actors.learner.batch import TrainBatch, group_order, group_rows, split_at_groups
 from algorithms.schedule import warmup_factor, warmup_steps
 from configs.schema import LearnerConfig
 
@@ -222,9 +222,7 @@ class DeepSpeedRank:
 
     def _batch_rows(self, batch: TrainBatch) -> torch.Tensor:
         """Every row of `batch`, with `shared_prefix` each group's rows next to each other."""
-        if self.config.shared_prefix:
-            return torch.tensor([i for rows in group_rows(batch.group_ids) for i in rows], dtype=torch.long)
-        return torch.arange(batch.size)
+        return group_order(batch.group_ids) if self.config.shared_prefix else torch.arange(batch.size)
 
     def _micro_batches(self, rows: torch.Tensor, batch: TrainBatch, count: int | None = None) -> list[torch.Tensor]:
         """`rows` in `count` micro-batches (default: of `micro_batch_size` rows), cut at group boundaries

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from actors.learner.batch import TrainBatch, group_rows
+from actors.learner.batch import TrainBatch, group_order
 from actors.learner.rank import torch_dtype
 from actors.learner.token_stats import PolicyTokenStats
 from configs.schema import LearnerConfig
@@ -40,7 +40,7 @@ class ReferenceModel:
         """Reference log-probs `[B, R]` float32 of the response tokens (0 where masked)."""
         out = torch.zeros((batch.size, batch.response_len))
         # A group's rows next to each other, so that a micro-batch packs them (`shared_prefix`).
-        rows = torch.tensor([i for g in group_rows(batch.group_ids) for i in g], dtype=torch.long)
+        rows = group_order(batch.group_ids)
         step = self.config.micro_batch_size
         for start in range(0, batch.size, step):
             idx = rows[start : start + step]
