@@ -72,7 +72,9 @@ class LearnerConfig(StrictModel):
     dtype: Literal["fp32", "bf16"] = Field("bf16", description="Training precision (bf16 keeps fp32 master weights).")
     zero_stage: int = Field(2, ge=0, le=3, description="DeepSpeed ZeRO stage (0-3).")
     offload_optimizer: bool = Field(False, description="ZeRO optimizer states on CPU (DeepSpeedCPUAdam).")
-    gradient_checkpointing: bool = Field(True, description="Recompute decoder activations in backward.")
+    gradient_checkpointing: bool | Literal["auto"] = Field(
+        True, description="Recompute decoder activations in backward; auto = only for a micro-batch whose "
+        "activations would take more than half the memory left (actors.learner.checkpointing).")
     freeze_embeddings: bool = Field(
         False, description="Keep the input embeddings (and an LM head tied to them) out of the update: no gradient "
         "or optimizer state for them (Gemma 3 270M: 168M of its 268M parameters, about 2 GB in fp32 with AdamW).")
@@ -92,6 +94,10 @@ class LearnerConfig(StrictModel):
     grad_clip: float = Field(1.0, gt=0, description="Global gradient-norm clip.")
     mini_batch_size: int = Field(8, gt=0, description="Sequences per optimizer step, all ranks together.")
     micro_batch_size: int = Field(2, gt=0, description="Sequences per forward/backward pass on one rank.")
+    micro_batch_tokens: int | None = Field(
+        None, gt=0, description="Micro-batches sized by tokens instead of sequences: each rank's rows are cut "
+        "into passes of at most about this many real tokens (a shared prompt counted once), so long and short "
+        "episodes cost alike; None = `micro_batch_size` sequences.")
     critic_micro_batch_size: int | None = Field(
         None, gt=0, description="The critic's micro-batch (s3 App. A.2: 10, the actor's 15); None = micro_batch_size.",
     )
@@ -405,6 +411,14 @@ class Config(StrictModel):
     def eval_topk(self) -> int:
         """Passages per search at evaluation: `eval.topk`, else `retrieval.topk`."""
         return self.eval.topk or self.retrieval.topk
+
+    def searcher_limits(self) -> dict[str, int]:
+        """The searcher's token limits in an evaluated or served episode (`actors.rollout.agent_loop.RolloutLimits`
+        fields, tokens): `rollout.max_new_tokens_per_turn`, `rollout.max_observation_tokens`, and the smaller
+        of `rollout.max_total_tokens` and `rollout.max_model_len`."""
+        ro = self.rollout
+        return {"max_new_tokens_per_turn": ro.max_new_tokens_per_turn, "max_observation_tokens": ro.max_observation_tokens,
+                "max_total_tokens": min(ro.max_total_tokens, ro.max_model_len)}
 
     def eval_recipe_config(self) -> dict[str, Any]:
         """The searcher's recipe fields at evaluation: `recipe_config()` (the last stage's options for a staged

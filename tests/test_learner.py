@@ -428,6 +428,33 @@ def test_packed_update_with_skipped_groups_moves_the_policy_as_the_plain_update(
     assert metrics[True]["tokens"] == int(batch.loss_mask[kept].sum())
 
 
+def test_token_sized_micro_batches_take_the_same_step(ray_local, tiny_gemma_dir):
+    """Issue 40: `learner.micro_batch_tokens` cuts the mini-batch into passes by tokens; one optimizer step
+    over them moves the policy as the passes of `micro_batch_size` sequences do (the loss is scaled per
+    pass by its share of the mini-batch's tokens, whatever the cut), with `gradient_checkpointing: auto`
+    (no recomputation for passes this small) as with it always on."""
+    from actors.learner.group import LearnerGroup
+
+    trajs = synthetic_trajectories(8, seed=4)
+    batch = make_train_batch(trajs, pad_token_id=0)
+    rewards = [1.0, 0.0, 0.0, 1.0, 0.5, 0.0, 1.0, 0.0]
+    after, passes = {}, {}
+    for tokens in (None, 40):
+        group = LearnerGroup("policy", learner_config(tiny_gemma_dir, zero_stage=0, mini_batch_size=8,
+                                                      micro_batch_size=4, micro_batch_tokens=tokens,
+                                                      gradient_checkpointing="auto" if tokens else True))
+        try:
+            b, _ = with_grpo(group, batch, rewards)
+            passes[tokens] = group.update(b, AlgorithmConfig(kl_coef=0.0))
+            after[tokens] = group.compute_logprobs(batch)[0]
+        finally:
+            group.shutdown()
+    moved = ((after[None] - b.old_logprobs) * batch.loss_mask).abs().sum()
+    apart = ((after[None] - after[40]) * batch.loss_mask).abs().sum()
+    assert moved > 0 and apart < 1e-3 * moved, (float(apart), float(moved))
+    assert passes[40]["optimizer_steps"] == passes[None]["optimizer_steps"] == 1
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("shape", ["main", "multi_turn"])
 def test_bench_learner_local_runs_without_ray(tiny_gemma_dir, data_dir, tmp_path, capsys, shape):

@@ -184,3 +184,48 @@ def test_split_at_groups_cuts_between_groups_where_it_can():
     assert len(six) == 6 and all(len(p) for p in six) and torch.cat(six).tolist() == list(range(9))
     kept = torch.tensor([0, 1, 2, 3, 4, 5, 8])  # group c skipped: the cut after b, not inside it
     assert [p.tolist() for p in split_at_groups(kept, ids, 2)] == [[0, 1, 2], [3, 4, 5, 8]]
+
+
+def test_split_by_tokens_balances_the_weight():
+    from actors.learner.batch import split_at_groups
+
+    rows = torch.arange(6)
+    weights = torch.tensor([10, 1, 1, 1, 1, 10])
+    assert [p.tolist() for p in split_at_groups(rows, None, 2, weights)] == [[0, 1, 2], [3, 4, 5]]
+    assert [p.tolist() for p in split_at_groups(rows, None, 3, weights)] == [[0], [1, 2, 3, 4], [5]]
+    ids = ["a", "a", "a", "a", "b", "b"]  # a group boundary wins over a better token balance inside a group
+    assert [p.tolist() for p in split_at_groups(rows, ids, 2, weights)] == [[0, 1, 2, 3], [4, 5]]
+
+
+@pytest.mark.parametrize("shared_prefix", [True, False])
+def test_micro_batches_sized_by_tokens(shared_prefix):
+    """`learner.micro_batch_tokens`: as many passes as the rank with the most tokens needs, each rank's
+    tokens spread evenly, every row once, the same count on every rank; a group's prompt counts once
+    when it packs."""
+    from actors.learner.policy import PolicyLearner
+
+    lengths = [40, 40, 40, 40, 4, 4, 4, 4, 12, 12, 12, 12, 2, 2, 2, 2]  # responses of 4 groups, unequal
+    trajs = [{"prompt_ids": [7] * 20, "response_ids": [1] * n, "loss_mask": [1] * n, "logprobs": [0.0] * n,
+              "group_id": f"q{i // 4}"} for i, n in enumerate(lengths)]
+    batch = make_train_batch(trajs, 0)
+    for world in (1, 2):
+        counts, seen = [], []
+        for rank in range(world):
+            learner = PolicyLearner({"mini_batch_size": 16, "micro_batch_size": 16, "micro_batch_tokens": 100,
+                                     "num_ranks": world, "shared_prefix": shared_prefix}, rank, world)
+            (mini,) = learner._plan(batch, 0)
+            micros = learner._accumulation(mini, batch)
+            counts.append(len(micros))
+            seen += [i for m in micros for i in m.tolist()]
+            tokens = [int(learner._row_tokens(m, batch).sum()) for m in micros]
+            total = int(learner._row_tokens(torch.cat(micros), batch).sum()) if micros else 0
+            assert len(micros) >= -(-total // 100) or len(micros) == min(len(s) for s in learner._rank_rows(mini, batch))
+            if shared_prefix:  # whole groups (a prompt computed once), one group of 180 tokens over the budget
+                assert all(len({batch.group_ids[i] for i in m.tolist()}) == 1 for m in micros)
+            else:
+                assert max(tokens) <= 2 * total / len(micros)  # balanced by tokens, not by rows
+        assert len(set(counts)) == 1 and sorted(seen) == list(range(16))
+    one = PolicyLearner({"mini_batch_size": 16, "micro_batch_size": 16, "micro_batch_tokens": 100,
+                         "shared_prefix": shared_prefix})
+    rows = torch.arange(4)  # group q0: 4 x 40 response tokens + its 20-token prompt once (or 4 times)
+    assert int(one._row_tokens(rows, batch).sum()) == (180 if shared_prefix else 240)

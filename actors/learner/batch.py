@@ -124,25 +124,34 @@ def group_order(group_ids: Sequence[str]) -> torch.Tensor:
     return torch.tensor([i for rows in group_rows(group_ids) for i in rows], dtype=torch.long)
 
 
-def split_at_groups(rows: torch.Tensor, group_ids: Sequence[str], parts: int) -> list[torch.Tensor]:
-    """`rows` (each group's rows next to each other) in `parts` contiguous chunks, each as near `len/parts`
-    rows as a cut at a group boundary allows; a cut falls inside a group only where no boundary is left
-    (fewer groups than parts). Every chunk has a row when `len(rows) >= parts`.
+def split_at_groups(rows: torch.Tensor, group_ids: Sequence[str] | None, parts: int,
+                    weights: torch.Tensor | None = None) -> list[torch.Tensor]:
+    """`rows` (each group's rows next to each other) in `parts` contiguous chunks of about equal weight
+    (`len/parts` rows, or `weights.sum()/parts` tokens) as a cut at a group boundary allows; a cut falls
+    inside a group only where no boundary is left (fewer groups than parts). Every chunk has a row when
+    `len(rows) >= parts`.
 
     Args:
-        rows: `[n]` int64 row indices; group_ids: the batch's B group ids (indexed by `rows`).
+        rows: `[n]` int64 row indices; group_ids: the batch's B group ids (indexed by `rows`), or None
+            to cut anywhere; weights: `[n]` per-row weights in `rows` order (tokens,
+            `learner.micro_batch_tokens`), or None for one per row.
     """
     n = len(rows)
     if parts <= 1 or n < parts:
         return list(rows.tensor_split(max(parts, 1)))
-    ids = [group_ids[i] for i in rows.tolist()]
-    bounds = [i for i in range(1, n) if ids[i] != ids[i - 1]]
+    cum = [0.0, *torch.cumsum(weights.double(), 0).tolist()] if weights is not None else list(range(n + 1))
+    if group_ids is None:
+        bounds = list(range(1, n))
+    else:
+        ids = [group_ids[i] for i in rows.tolist()]
+        bounds = [i for i in range(1, n) if ids[i] != ids[i - 1]]
     cuts: list[int] = []
     for k in range(1, parts):
         lo, hi = (cuts[-1] if cuts else 0) + 1, n - (parts - k)  # room for a row in each chunk left
-        target = k * n / parts
+        target = k * cum[n] / parts
         near = [b for b in bounds if lo <= b <= hi]
-        cuts.append(min(near, key=lambda b: (abs(b - target), b)) if near else min(max(round(target), lo), hi))
+        inside = min(range(lo, hi + 1), key=lambda b: (abs(cum[b] - target), b))
+        cuts.append(min(near, key=lambda b: (abs(cum[b] - target), b)) if near else inside)
     return list(rows.tensor_split(cuts))
 
 

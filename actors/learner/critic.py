@@ -45,8 +45,9 @@ class CriticLearner(DeepSpeedRank):
         torch.manual_seed(self.config.seed + 1)
         self.model_path = resolve_model(self.config.critic_model or self.config.model)
         decoder = AutoModel.from_pretrained(self.model_path, dtype=torch.float32)
-        if self.config.gradient_checkpointing:
+        if self.config.gradient_checkpointing:  # True or auto (then switched per micro-batch)
             decoder.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self._decoder = decoder
         hidden = getattr(decoder.config, "hidden_size", None) or decoder.config.get_text_config().hidden_size
         module = ValueModel(decoder, hidden, self.config.shared_prefix)
         head = Path(self.model_path) / "value_head.safetensors"
@@ -92,6 +93,7 @@ class CriticLearner(DeepSpeedRank):
                 mini_mask = batch.loss_mask[mini_rows]  # the whole mini-batch's normaliser
                 micros = self._accumulation(mini_rows, batch)
                 for k, micro in enumerate(micros):
+                    self._auto_checkpointing(micro, batch)
                     mb = batch.select(micro).to(self.device)
                     values = self.engine(mb.input_ids, mb.attention_mask, mb.loss_mask, mb.prompt_len)
                     loss, m = value_loss(values, mb.old_values, mb.returns, mb.loss_mask,

@@ -72,10 +72,11 @@ class PolicyLearner(DeepSpeedRank):
         lm.config.use_cache = False
         if self.config.freeze_embeddings:  # tied LM heads share this tensor, so they stay fixed too
             lm.get_input_embeddings().weight.requires_grad_(False)
-        if self.config.gradient_checkpointing:
+        if self.config.gradient_checkpointing:  # True or auto (then switched per micro-batch)
             lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self._decoder = lm
         if self.config.lora:  # only the adapters train (actors.learner.lora)
-            lm = add_lora(lm, self.config.lora, self.config.gradient_checkpointing)
+            lm = add_lora(lm, self.config.lora, bool(self.config.gradient_checkpointing))
         module = PolicyTokenStats(lm, self.config.logprob_chunk_tokens, self.temperature, self.config.shared_prefix)
         self._start_engine(module, self.config.lr)
         return sum(p.numel() for p in lm.parameters())
@@ -154,6 +155,7 @@ class PolicyLearner(DeepSpeedRank):
                 mini_mask = batch.loss_mask[mini_rows]  # the mini-batch's normaliser (its kept rows only)
                 micros = self._accumulation(mini_rows, batch)
                 for k, micro in enumerate(micros):
+                    self._auto_checkpointing(micro, batch)
                     mb = batch.select(micro).to(self.device)
                     logprobs, entropy = self._stats(mb)
                     mask = mb.loss_mask

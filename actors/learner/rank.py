@@ -189,7 +189,7 @@ class DeepSpeedRank:
                                          weight_decay=self.config.weight_decay, adamw_mode=True)
         else:  # torch's AdamW: no op compilation (DeepSpeed's FusedAdam would compile for ~40 s here)
             optimizer = torch.optim.AdamW(params, lr=lr, betas=betas, eps=self.config.adam_eps,
-                                          weight_decay=self.config.weight_decay)
+                                          weight_decay=self.config.weight_decay, **adamw_options(self.device))
         self.engine, *_ = deepspeed.initialize(model=module, optimizer=optimizer, config=self._ds_config(lr))
         self.base_lr = lr
         self._apply_lr_schedule()
@@ -224,13 +224,39 @@ class DeepSpeedRank:
         """Every row of `batch`, with `shared_prefix` each group's rows next to each other."""
         return group_order(batch.group_ids) if self.config.shared_prefix else torch.arange(batch.size)
 
+    def _row_tokens(self, rows: torch.Tensor, batch: TrainBatch) -> torch.Tensor:
+        """`[len(rows)]` int64: the tokens each row adds to a forward pass over `rows` in their order (its
+        real prompt and response tokens; with `shared_prefix`, a group's prompt counts once, on its first row)."""
+        p = batch.prompt_len
+        prompt, response = batch.attention_mask[rows, :p].sum(1), batch.attention_mask[rows, p:].sum(1)
+        if self.config.shared_prefix:
+            ids = [batch.group_ids[i] for i in rows.tolist()]
+            first = torch.tensor([k == 0 or ids[k] != ids[k - 1] for k in range(len(ids))], dtype=torch.long)
+            prompt = prompt * first
+        return prompt + response
+
+    def _micro_count(self, rows: torch.Tensor, batch: TrainBatch) -> int:
+        """Micro-batches for `rows`: `ceil(rows / micro_batch_size)`, or with `micro_batch_tokens`
+        `ceil(tokens / micro_batch_tokens)` (at most one per row); 0 for no rows."""
+        if not len(rows):
+            return 0
+        budget = self.config.micro_batch_tokens
+        if budget is None:
+            return -(-len(rows) // self.micro_batch_size)
+        return min(len(rows), max(1, -(-int(self._row_tokens(rows, batch).sum()) // budget)))
+
     def _micro_batches(self, rows: torch.Tensor, batch: TrainBatch, count: int | None = None) -> list[torch.Tensor]:
-        """`rows` in `count` micro-batches (default: of `micro_batch_size` rows), cut at group boundaries
-        with `shared_prefix`; empty ones dropped."""
-        count = max(1, -(-len(rows) // self.micro_batch_size)) if count is None else count
+        """`rows` in `count` micro-batches (default `_micro_count`) of about equal rows, or equal tokens with
+        `micro_batch_tokens`; cut at group boundaries with `shared_prefix`; empty ones dropped."""
+        count = max(1, self._micro_count(rows, batch)) if count is None else count
         if not len(rows) or not count:
             return []
-        parts = split_at_groups(rows, batch.group_ids, count) if self.config.shared_prefix else rows.tensor_split(count)
+        weights = self._row_tokens(rows, batch) if self.config.micro_batch_tokens else None
+        groups = batch.group_ids if self.config.shared_prefix else None
+        if groups or weights is not None:
+            parts = split_at_groups(rows, groups, count, weights)
+        else:
+            parts = rows.tensor_split(count)
         return [r for r in parts if len(r)]
 
     def _plan(self, batch: TrainBatch, epoch: int, keep: torch.Tensor | None = None) -> list[torch.Tensor]:
@@ -258,12 +284,31 @@ class DeepSpeedRank:
         return [m for m in parts if len(m)]
 
     def _accumulation(self, mini_rows: torch.Tensor, batch: TrainBatch) -> list[torch.Tensor]:
-        """This rank's micro-batches of a mini-batch, of about `micro_batch_size` rows: `grad_accum_steps`
-        of them for a whole mini-batch, fewer for a short one (rows skipped), the same count on every rank
-        (each rank does as many backward passes; a mini-batch with fewer rows than ranks gives none)."""
+        """This rank's micro-batches of a mini-batch, the same count on every rank (each rank does as many
+        backward passes; a mini-batch with fewer rows than ranks gives none): of about `micro_batch_size`
+        rows, `grad_accum_steps` of them for a whole mini-batch and fewer for a short one (rows skipped);
+        or with `micro_batch_tokens`, as many as the rank with the most tokens needs (at most one per row
+        of the smallest share), each rank's tokens spread evenly over them."""
         shares = self._rank_rows(mini_rows, batch)
-        count = min(self.grad_accum_steps, min(-(-len(s) // self.micro_batch_size) for s in shares))
+        if self.config.micro_batch_tokens is None:
+            count = min(self.grad_accum_steps, min(-(-len(s) // self.micro_batch_size) for s in shares))
+        else:
+            count = min(min(len(s) for s in shares), max(self._micro_count(s, batch) for s in shares))
         return self._micro_batches(shares[self.rank], batch, count)
+
+    def _auto_checkpointing(self, micro: torch.Tensor, batch: TrainBatch) -> bool:
+        """With `gradient_checkpointing: auto`, switch recomputation on for this micro-batch only when its
+        activations would not fit (`actors.learner.checkpointing.needs_checkpointing`: its `_row_tokens`, the
+        decoder's shape, the training dtype, the memory left on the device). Returns whether it is on."""
+        if self.config.gradient_checkpointing != "auto":
+            return bool(self.config.gradient_checkpointing)
+        from actors.learner.checkpointing import decoder_shape, free_bytes, needs_checkpointing, set_checkpointing
+
+        hidden, layers = decoder_shape(self._decoder)
+        on = needs_checkpointing(int(self._row_tokens(micro, batch).sum()), hidden, layers,
+                                 2 if self.config.dtype == "bf16" else 4, free_bytes(self.device))
+        set_checkpointing(self._decoder, on)
+        return on
 
     def _backward(self, loss: torch.Tensor, last: bool) -> None:
         """Backward of one micro-batch, then `engine.step()`; the optimizer steps after the mini-batch's
@@ -412,3 +457,7 @@ class DeepSpeedRank:
                 os.unlink(f"{SHM_PREFIX}_{os.getuid()}_{self._master[0]}_{self._master[1]}_{self.rank}")
 
 
+def adamw_options(device: torch.device) -> dict[str, Any]:
+    """Extra `torch.optim.AdamW` arguments for `device`: on CUDA its fused kernel (one launch for every
+    parameter instead of a loop of elementwise kernels; issue 40), else none (the default for-each path)."""
+    return {"fused": True} if device.type == "cuda" else {}
