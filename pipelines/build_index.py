@@ -291,3 +291,74 @@ def build_index(cfg, corpus_path: str | Path | None = None, progress: bool = Tru
     save_config(cfg, index_dir / "config.yaml")  # the resolved config that produced this index
     atomic_write_text(index_dir / MANIFEST, manifest.to_json())
     return manifest
+
+
+def ensure_index(cfg, progress: bool = True) -> Manifest:
+    """The finished index at `cfg.index.dir`, built first when it is missing: what every entry point that
+    reads an index calls once Ray is up, so a command works on a fresh clone whatever index its config
+    names. A finished index (its `manifest.json` reads) is used as it is; a missing or interrupted one is
+    built by `build_index` (resuming at the first unfinished shard, with its progress bar), then a line
+    `index ready: <dir> (<n> passages, <s> shards) after <t> s` is printed.
+
+    Returns:
+        The index's `Manifest`.
+    Raises:
+        IndexFormatError: an unreadable manifest, or an interrupted build with other parameters;
+        DataPackError / BadRowError: the corpus is missing or malformed (as `build_index`).
+    """
+    index_dir = Path(cfg.index.dir)
+    if (index_dir / MANIFEST).is_file():
+        return Manifest.load(index_dir)
+    t0 = time.perf_counter()
+    manifest = build_index(cfg, progress=progress)
+    if progress:
+        print(f"index ready: {cfg.index.dir} ({manifest.num_docs} passages, {len(manifest.shards)} shards) "
+              f"after {time.perf_counter() - t0:.0f} s", flush=True)
+    return manifest
+
+
+def require_index_type(cfg, allowed: tuple[str, ...], why: str, shards: int | None = None) -> None:
+    """Refuse a config whose index this entry point cannot read, before Ray starts.
+
+    Args:
+        allowed: index types (`index.type`) the caller reads, e.g. ("flat",).
+        why: what the caller does with it, for the message ("compares against exact search").
+        shards: the number of shards the caller needs (`index.num_shards`), or None for any.
+    Raises:
+        IndexFormatError: naming the field, the value and the override that fixes it (with the
+            index directory the main job builds when that one fits).
+    """
+    t, n = cfg.index.type, cfg.index.num_shards
+    if t in allowed and (shards is None or n == shards):
+        return
+    need = f"index.type={allowed[0]}" + (f" index.num_shards={shards}" if shards is not None else "")
+    fix = ("the main job's index: index.dir=indexes/bm25-1 index.type=bm25 index.num_shards=1" if allowed == ("bm25",)
+           else f"e.g. --config configs/retrieval_cpu.yaml ({need}, indexes/minilm-flat-4; built on first use)")
+    raise IndexFormatError(f"index.type={t!r} index.num_shards={n}: this command {why} and reads "
+                           f"{' or '.join(allowed)}{'' if shards is None else f' with {shards} shard(s)'} "
+                           f"indexes only; use {fix}")
+
+
+def ready_index(cfg, progress: bool = True) -> Manifest:
+    """`ensure_index` for an entry point that reads the index before it starts Ray (or never does): a
+    finished index is read without Ray; a missing BM25 index is built in this process, a missing dense
+    one on a Ray cluster started here (or the one `ray.address` names) and stopped again, so the
+    caller's own `init_ray` later starts fresh.
+
+    Returns / Raises: as `ensure_index`.
+    """
+    if (Path(cfg.index.dir) / MANIFEST).is_file():
+        return Manifest.load(cfg.index.dir)
+    if cfg.index.type == "bm25":  # no encoder, no Ray Data: built in this process
+        return ensure_index(cfg, progress)
+    import ray
+
+    from cluster.ray_init import init_ray
+
+    was_up = ray.is_initialized()
+    init_ray(cfg.ray)
+    try:
+        return ensure_index(cfg, progress)
+    finally:
+        if not was_up:
+            ray.shutdown()

@@ -50,18 +50,27 @@ def resolve_checkpoint(path: str | Path) -> str:
     """The Hugging Face model directory of a checkpoint.
 
     Args:
-        path: what the learner wrote (`<ckpt>`, whose `policy/hf/` holds the model) or a Hugging
-            Face model directory itself (config.json, safetensors, tokenizer).
+        path: a run directory (its newest checkpoint under `checkpoints/`), what the learner wrote
+            (`<ckpt>`, whose `policy/hf/` holds the model) or a Hugging Face model directory itself
+            (config.json, safetensors, tokenizer).
     Returns:
         The model directory, absolute.
     Raises:
-        EvaluationError: the path does not exist, or neither `<path>/policy/hf` nor `<path>` is a
-            model directory (the message names the path and what is missing).
+        EvaluationError: the path does not exist, a run directory holds no checkpoint, or neither
+            `<path>/policy/hf` nor `<path>` is a model directory (the message names the path and what is missing).
     """
+    from pipelines.checkpoints import last_checkpoint
+
     p = Path(path).expanduser()
     if not p.exists():
-        raise EvaluationError(f"--checkpoint {p}: does not exist; pass a checkpoint directory written by the "
-                              f"learner (it holds policy/hf/) or a Hugging Face model directory")
+        raise EvaluationError(f"--checkpoint {p}: does not exist; pass a run directory, a checkpoint directory "
+                              f"written by the learner (it holds policy/hf/) or a Hugging Face model directory")
+    if (p / "checkpoints").is_dir():  # a run directory: its newest checkpoint, as scripts.serve takes it
+        newest = last_checkpoint(p, resumable=False)  # as scripts.serve resolves a run
+        if newest is None:
+            raise EvaluationError(f"--checkpoint {p}: a run directory with no finished checkpoint under "
+                                  f"{p / 'checkpoints'}; train it further or pass a model directory")
+        p = Path(newest)
     hf = p / "policy" / "hf"
     for cand in (hf, p):
         if _model_problem(cand) is None:

@@ -125,9 +125,7 @@ def plan_methods(cfg: Any, methods: Sequence[str], checkpoint: str | None) -> li
     gen_limits = {"max_new_tokens_per_turn": fr.max_answer_tokens, "max_observation_tokens": ro.max_observation_tokens,
                   "max_total_tokens": fr.max_model_len}
     pol_res = {"num_cpus": ro.cpus_per_worker, "num_gpus": ro.gpus_per_worker}
-    pol_limits = {"max_new_tokens_per_turn": ro.max_new_tokens_per_turn,
-                  "max_observation_tokens": ro.max_observation_tokens,
-                  "max_total_tokens": min(ro.max_total_tokens, ro.max_model_len)}
+    pol_limits = cfg.searcher_limits()  # serving uses the same (serving.app.build_app)
 
     if "rstool" in methods:
         if recipe_class(cfg.train.recipe).evidence_prompt is None:
@@ -252,17 +250,17 @@ def evaluate(
         The rows of `compute_rows` with `add_intervals`' keys (also in `results.json`).
     Raises:
         EvaluationError: bad methods, checkpoint, limit, model path or empty QA file; DataPackError /
-            BadRowError: QA file; IndexFormatError: no finished index at `index.dir` — all raised
-            before any actor starts.
+            BadRowError: QA file — all raised before any actor starts; IndexFormatError: an unreadable
+            index at `index.dir` (a missing one is built first, `pipelines.build_index.ensure_index`).
     """
     import ray
 
     from actors.frozen.worker import start_frozen_llm
     from actors.lifecycle import ActorSet
-    from actors.retrieval.index_store import Manifest
     from actors.retrieval.pool import start_retrieval_pool
     from actors.rollout.eval_worker import EvalWorker
     from cluster.ray_init import init_ray
+    from pipelines.build_index import ensure_index
 
     names = parse_methods(methods)
     cfg = eval_frozen_config(cfg)
@@ -273,8 +271,6 @@ def evaluate(
 
         examples += mirage_examples(pack_file(cfg.data.mirage, cfg.data.dir), cfg.eval.mirage_questions, cfg.seed)
     needs_pool = any(recipe_class(p.recipe).retrieves for p in plans)
-    if needs_pool and pool is None:
-        Manifest.load(cfg.index.dir)  # a missing / unfinished index fails before any actor starts
     generator_answers = any(recipe_class(p.recipe).generator_answers for p in plans)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -291,6 +287,7 @@ def evaluate(
             judge = start_frozen_llm(actors, eval_judge_config(cfg), "judge") if own_judge else generator
         frozen = [h for h in {id(generator): generator, id(judge): judge}.values() if h is not None]
         if needs_pool and pool is None:
+            ensure_index(cfg)  # built (resuming) when missing, as every entry point does
             pool = actors.adopt(start_retrieval_pool(cfg.index.dir, cfg.retrieval))
 
         # Methods sharing an engine share a worker; one worker (engine) is alive at a time.

@@ -456,7 +456,7 @@ def train(cfg: Config, resume: str | Path | None = None, progress: bool = True) 
     from cluster.ray_init import init_ray
     from pipelines.tracking import Tracker
 
-    cfg = validate(cfg)
+    cfg = validate(cfg, need_index=False)  # a missing index is built below, once Ray is up
     start_step, checkpoint = 0, None
     if resume is not None:
         run_dir, checkpoint = Path(resume), resume_checkpoint(Path(resume), cfg)
@@ -468,6 +468,9 @@ def train(cfg: Config, resume: str | Path | None = None, progress: bool = True) 
     trainer, stop = Trainer(cfg, run_dir, progress), GracefulStop()
     try:
         from cluster.roles import check_ray_cluster
+        from pipelines.build_index import ensure_index
+
+        ensure_index(cfg, progress)  # a fresh clone: the index the config names, built (resuming) when missing
 
         check_ray_cluster(cfg)  # a cluster too small for the plan fails here, before any actor starts
         with stop.installed():

@@ -2,7 +2,7 @@
 
     SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.bench_index [--questions 200] [--config ...] [key=value ...]
 
-Needs a built flat index (`index.dir`, any encoder) to pick a hard passage subset: the union of the
+Reads a flat index (`index.dir`, any encoder; built first when missing) to pick a hard passage subset: the union of the
 top-20 passages of the first `--questions` dev questions (a few thousand passages, many holding an
 answer, the rest near misses). In one run it encodes that subset with
 - torch fp32 (`encoder.backend=torch precision=fp32`, the reference vectors), and
@@ -69,12 +69,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="JSON output (default: none)")
     args, cfg = parse_config(parser, argv)
     from actors.retrieval.encoder import EncoderSpec, TextEncoder
-    from actors.retrieval.index_store import Manifest
+    from pipelines.build_index import ready_index, require_index_type
     from pipelines.data import iter_qa, pack_file
 
     with user_errors():
-        manifest = Manifest.load(cfg.index.dir)
+        require_index_type(cfg, ("flat",), "reads its passage subset from a flat index's vectors")
         examples = list(iter_qa(pack_file(cfg.data.dev, cfg.data.dir), limit=args.questions))
+        manifest = ready_index(cfg)  # built (resuming) when missing
     if manifest.index_type != "flat":
         print(f"error: the subset is read from a flat index; {cfg.index.dir} is {manifest.index_type}", file=sys.stderr)
         return 2

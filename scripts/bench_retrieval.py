@@ -2,7 +2,7 @@
 
     SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.bench_retrieval [--config ...] [key=value ...]
 
-Reuses a built index (`scripts.build_index` / `scripts.search_demo` build it). Measures, in one run:
+Reads the config's flat index (built first when missing, resuming). Measures, in one run:
 - baseline: one process, one unsharded flat index over the same vectors, requests served one after
   another, encode + search + passage lookup per request with one query each (independent
   trajectories calling the seeds' server);
@@ -167,12 +167,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queries", type=int, default=512, help="queries per throughput measurement (default 512)")
     parser.add_argument("--out", default=None, help="JSON output (default <index.dir>/bench_retrieval.json)")
     args, cfg = parse_config(parser, argv)
-    from actors.retrieval.index_store import Manifest
+    from pipelines.build_index import ready_index, require_index_type
     from pipelines.data import iter_qa, pack_file
 
     with user_errors():
-        manifest = Manifest.load(cfg.index.dir)
+        require_index_type(cfg, ("flat",), "compares the pool against exact search")
         examples = list(iter_qa(pack_file(cfg.data.test, cfg.data.dir)))
+        manifest = ready_index(cfg)  # built (resuming) when missing
     if manifest.index_type != "flat":
         print(f"error: the benchmark compares against exact search; {cfg.index.dir} is {manifest.index_type}", file=sys.stderr)
         return 2

@@ -3,7 +3,7 @@
     SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.bench_rollout [--questions 16] [--recipe search_r1] [key=value ...]
 
 Same engine (vLLM; the CPU build here), model (Gemma 3 270M base), questions (the pack's dev
-split) and retrieval pool (the built index of the config), measured in one run:
+split) and retrieval pool (the config's index, built first when missing), measured in one run:
 - async: every episode on its own coroutine (generate → search → generate …), no barrier, and the
   engine stops each turn at its closing tag;
 - sync (the seed papers' loop, the baseline of `speedup`): all active episodes generate, then all
@@ -132,10 +132,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="runs/bench_rollout.json")
     args, cfg = parse_config(parser, argv)
     from cluster.ray_init import init_ray
+    from pipelines.build_index import ensure_index
 
     with user_errors():
         started = init_ray(cfg.ray)
         try:
+            ensure_index(cfg)  # built (resuming) when missing
             result = asyncio.run(bench(cfg, args))
         finally:
             if started:

@@ -67,6 +67,11 @@ def baseline_run(cfg, model_path: str, url: str, questions: list[str]) -> dict:
     """Search-R1 `infer.py`'s way: per question, generate with transformers until a stop string,
     search over HTTP, append the documents, repeat; one question at a time.
 
+    The episode is the endpoint's: the evaluation's recipe options (`Config.eval_recipe_config`: top-k,
+    max turns), greedy, and the endpoint's token limits (`Config.searcher_limits`): each turn generates
+    at most `max_new_tokens_per_turn` and what is left of `max_total_tokens` (the forced-answer cap
+    where the recipe forces one); observations are fitted to `max_observation_tokens` as the agent loop
+    fits them (`fit_documents`), and an observation with no room ends the episode ("max_total_tokens").
     Where the frozen generator answers (s3), the same episode runs in the same plain loop: the searcher
     selects, then the generator (`frozen.model`, transformers, greedy, `frozen.max_answer_tokens`) answers
     from the selected documents in the s3 Fig. 12 prompt, one question at a time.
@@ -78,16 +83,17 @@ def baseline_run(cfg, model_path: str, url: str, questions: list[str]) -> dict:
     from serving.auth import auth_headers
 
     from actors.engines.models import resolve_model
+    from actors.rollout.agent_loop import fit_documents
     from recipes import get_recipe
     from scripts.peer_trl_search import search_r1_doc
 
-    recipe = get_recipe(cfg.train.recipe, cfg.recipe_config())
+    recipe = get_recipe(cfg.train.recipe, cfg.eval_recipe_config())
     path = resolve_model(model_path)
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, torch_dtype="auto").eval()
     answer = generator_answerer(cfg) if recipe.generator_answers else None
     chat = bool(tok.chat_template) if cfg.rollout.chat is None else cfg.rollout.chat
-    budget, k = cfg.rollout.max_new_tokens_per_turn, cfg.retrieval.topk
+    limits, k = cfg.searcher_limits(), recipe.config.topk
     client = httpx.Client(base_url=url, timeout=120.0, headers=auth_headers())  # a deployed server has a token
 
     def retrieve(query: str) -> list:
@@ -97,12 +103,20 @@ def baseline_run(cfg, model_path: str, url: str, questions: list[str]) -> dict:
 
     latencies, reasons = [], []
     t0 = time.perf_counter()
+    encode = lambda t: tok.encode(t, add_special_tokens=False)  # noqa: E731
+    decode = lambda ids: tok.decode(list(ids), skip_special_tokens=True)  # noqa: E731
     for q in questions:
         t = time.perf_counter()
         ep = recipe.start(q, initial_docs=retrieve(q) if recipe.initial_search else None, chat=chat)
         text = ep.prompt.render(tok if chat else None)
         while not ep.done:
             ids = tok(text, return_tensors="pt", add_special_tokens=not chat)
+            budget = min(limits["max_new_tokens_per_turn"], limits["max_total_tokens"] - ids["input_ids"].shape[1])
+            if ep.answer_forced:
+                budget = min(budget, getattr(recipe.config, "forced_answer_tokens", budget))
+            if budget < 1:
+                recipe.finish(ep, "max_total_tokens")
+                break
             with torch.inference_mode():
                 out = model.generate(**ids, max_new_tokens=budget, do_sample=False, stop_strings=list(recipe.stop_strings),
                                      tokenizer=tok, pad_token_id=tok.pad_token_id or tok.eos_token_id)
@@ -110,8 +124,13 @@ def baseline_run(cfg, model_path: str, url: str, questions: list[str]) -> dict:
             new = tok.decode(new_ids, skip_special_tokens=True)
             turn = recipe.step(ep, new, "length" if len(new_ids) >= budget else "stop")
             if turn.needs_retrieval:
-                recipe.observe(ep, retrieve(turn.action.query))
-            text += new + turn.observation
+                recipe.observe(ep, fit_documents(recipe, retrieve(turn.action.query),
+                                                 limits["max_observation_tokens"], encode, decode))
+            obs = encode(turn.observation)[: limits["max_observation_tokens"]]
+            if turn.observation and ids["input_ids"].shape[1] + len(new_ids) + len(obs) > limits["max_total_tokens"]:
+                recipe.finish(ep, "max_total_tokens")  # no room for the observation, as the agent loop ends it
+                break
+            text += new + (decode(obs) if turn.observation else "")
         if answer is not None:  # s3: the generator reads what the searcher kept
             answer(q, recipe.format_docs((ep.final or recipe.final_output(ep)).selected_docs))
         latencies.append(time.perf_counter() - t)
@@ -151,6 +170,22 @@ def generator_answerer(cfg):
     return answer
 
 
+def check_baseline_models(parser: argparse.ArgumentParser, cfg, policy: str) -> None:
+    """Exit 2 with an `error:` line, before anything starts, when a model the baseline loads (the served
+    policy; `frozen.model` where the generator answers) does not resolve to a loadable directory or name."""
+    from actors.engines.models import resolve_model
+    from recipes import recipe_class
+
+    fields = [("--checkpoint", policy)]
+    if recipe_class(cfg.train.recipe).generator_answers:
+        fields.append(("frozen.model", cfg.frozen.model))
+    for field, name in fields:
+        try:
+            resolve_model(name)
+        except (OSError, ValueError, RuntimeError, ImportError) as e:  # ImportError: a packaged model not installed
+            parser.exit(2, f"error: {field}={name!r}: {e}\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: baseline (infer.py's loop) vs the endpoint at 1/4/16 clients; prints the `serve:` line."""
     parser = argparse.ArgumentParser(prog="python -m scripts.bench_serve", description=__doc__.splitlines()[0])
@@ -158,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="write the measurements as JSON here")
     args, served, cfg = served_config(parser, argv)
     from cluster.ray_init import init_ray
+    from pipelines.build_index import ensure_index
     from pipelines.evaluate import load_questions
     from scripts.cli import user_errors
     from serving.launch import start_app, stop_app
@@ -165,9 +201,12 @@ def main(argv: list[str] | None = None) -> int:
     with user_errors():
         questions = [e["question"] for e in load_questions(cfg.data.test, cfg.data.dir, args.questions,
                                                            sample_seed=cfg.seed)]
+    check_baseline_models(parser, cfg, served.model)  # the baseline runs last: its models are checked first
     local = init_ray(cfg.ray)
     signal.signal(signal.SIGTERM, sigterm_as_interrupt)  # a SIGTERM still removes the app and our cluster
     try:
+        with user_errors():
+            ensure_index(cfg)  # built (resuming) when missing
         t = time.perf_counter()
         url = start_app(cfg, served)
         print(f"endpoint up in {time.perf_counter() - t:.0f} s at {url}; {len(questions)} questions, recipe "

@@ -18,8 +18,8 @@ questions an uninterrupted run takes at that step (`pipelines.chaos_checks`), an
 
     chaos: steps=6 kills=shard:1,rollout:1,frozen:1,learner:1,driver:1 lost=0 duplicated=0 resumed_same_order=true seconds=…
 
-Exit status 0 when every kill happened and every check passed, 1 otherwise, 2 for a bad config or a
-missing index. Needs the pack's index (`scripts.build_index`, the main job builds it). SIGTERM or
+Exit status 0 when every kill happened and every check passed, 1 otherwise, 2 for a bad config. The
+driver builds the config's index first when it is missing (resuming). SIGTERM or
 Ctrl-C stops the driver and the Ray cluster it started; a failed run keeps the cluster's logs in
 `<work-dir>/ray-logs`.
 """
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     from pipelines.train import cfg_to_yaml, validate
 
     with user_errors():
-        cfg = validate(cfg)
+        cfg = validate(cfg, need_index=False)  # the driver (scripts.train) builds a missing index first
     steps = cfg.train.total_steps
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="searchrl-chaos-")).resolve()
     (work / "runs").mkdir(parents=True, exist_ok=True)

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     args, cfg = parse_config(parser, argv, default_config=DEFAULT_CONFIG, resume=True)
     from cluster.ray_init import init_ray, shutdown_local_ray
     from cluster.roles import ResourceFitError
-    from pipelines.build_index import build_index
+    from pipelines.build_index import ensure_index
     from pipelines.checkpoints import last_checkpoint
     from pipelines.data import pack_file
     from pipelines.evaluate import evaluate
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     started = init_ray(cfg.ray)
     try:
         with user_errors():
-            manifest = build_index(cfg)
+            manifest = ensure_index(cfg)
             index_s = time.perf_counter() - t0
             log.info("index ready: %s (%d passages) after %.0f s", cfg.index.dir, manifest.num_docs, index_s)
             try:

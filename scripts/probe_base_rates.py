@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     from actors.retrieval.pool import start_retrieval_pool
     from actors.rollout.worker import start_rollout_workers
     from cluster.ray_init import init_ray
+    from pipelines.build_index import ensure_index
     from pipelines.data import iter_qa, pack_file
     from pipelines.train_metrics import rollout_metrics
     from recipes import RECIPES, get_recipe
@@ -130,6 +131,7 @@ def main(argv: list[str] | None = None) -> None:
         started = init_ray(cfg.ray)
         actors = ActorSet()
         try:
+            ensure_index(cfg)  # built (resuming) when missing
             pool = actors.adopt(start_retrieval_pool(cfg.index.dir, cfg.retrieval))
             for model in args.models.split(","):
                 (worker,) = start_rollout_workers(actors, cfg, pool, model=model, count=1)

@@ -55,15 +55,18 @@ def main(argv: list[str] | None = None) -> None:
 
     from actors.engines.spec import EngineHolder, engine_spec
     from actors.frozen.scorer import FrozenLLM
-    from actors.retrieval.index_store import Manifest, shard_name
+    from actors.retrieval.index_store import shard_name
     from actors.retrieval.shard import ShardSearcher
     from pipelines.evaluate import eval_frozen_config, load_questions
     from recipes.base import ANSWER_PROMPT, Doc, format_docs
     from recipes.metrics import cover_exact_match, exact_match, f1_score
 
+    from pipelines.build_index import ready_index, require_index_type
+
     with user_errors():
+        require_index_type(cfg, ("bm25",), "reads one BM25 shard in this process", shards=1)
         questions = load_questions(args.qa, cfg.data.dir, args.questions, sample_seed=cfg.seed)
-        manifest = Manifest.load(cfg.index.dir)
+        manifest = ready_index(cfg)  # built (resuming) when missing
     if len(manifest.shards) != 1 or manifest.metric != "bm25":
         parser.exit(2, "error: index.dir: this probe reads a one-shard BM25 index; use index.type=bm25 index.num_shards=1\n")
     shard = ShardSearcher(str(Path(cfg.index.dir) / shard_name(0)))

@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     from actors.retrieval.pool import start_retrieval_pool
     from actors.rollout.worker import RolloutWorker
     from cluster.ray_init import init_ray
+    from pipelines.build_index import ensure_index
     from pipelines.data import iter_qa, pack_file
 
     with user_errors():
@@ -69,6 +70,7 @@ def main(argv: list[str] | None = None) -> None:
             if need > have:  # the actors would wait for CPUs forever
                 raise SystemExit(f"error: the demo's actors need {need:g} logical CPUs, the Ray cluster has {have:g}; "
                                  f"start a bigger local cluster with ray.num_cpus=8 (they share the cores)")
+            ensure_index(cfg)  # built (resuming) when missing
             pool = actors.adopt(start_retrieval_pool(cfg.index.dir, cfg.retrieval))
             spec = EngineSpec(backend=args.backend, model=args.model, max_model_len=4096)
             frozen = actors.start(FrozenLLMWorker, spec, chat=False, num_cpus=0.5)

@@ -6,7 +6,8 @@ PATH: a run directory (its newest checkpoint), a `checkpoints/step-N` directory,
 model directory or a model name (`gemma3-270m`). The config defaults to the run's `config.yaml`
 (`configs/s3_cpu.yaml` for a model with no run); `serve.*` keys set host, port, replicas and limits.
 Starts a local Ray cluster (or joins one with `ray.address=auto`); on exit removes the application
-and stops only the cluster it started. Exit status 2 for a bad checkpoint, config or index.
+and stops only the cluster it started. A missing index is built first (resuming). Exit status 2 for a
+bad checkpoint, config or an unreadable index.
 """
 
 from __future__ import annotations
@@ -54,18 +55,16 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: serve `--checkpoint PATH` until Ctrl-C or SIGTERM (exit 2: bad checkpoint, config or index)."""
     parser = argparse.ArgumentParser(prog="python -m scripts.serve", description=__doc__.splitlines()[0])
     _, served, cfg = served_config(parser, argv)
-    from actors.retrieval.index_store import Manifest
-
-    with user_errors():
-        Manifest.load(cfg.index.dir)  # fail fast, before starting Ray
-
     from cluster.ray_init import init_ray
+    from pipelines.build_index import ensure_index
     from serving.launch import start_app, stop_app
 
     local = init_ray(cfg.ray)
     signal.signal(signal.SIGTERM, sigterm_as_interrupt)
     try:
         t0 = time.perf_counter()
+        with user_errors():
+            ensure_index(cfg)  # built (resuming) when missing
         try:
             url = start_app(cfg, served)
         except RuntimeError as e:

@@ -2,8 +2,8 @@
 
     .venv/bin/python -m scripts.serve_retrieval [--config configs/retrieval_cpu.yaml] [key=value ...]
 
-e.g. `index.dir=indexes/minilm-flat-4 serve.port=8001 retrieval.topk=5`. Exit status 2 for a bad
-config or an index directory that holds no finished index.
+e.g. `index.dir=indexes/minilm-flat-4 serve.port=8001 retrieval.topk=5`. A missing index is built first
+(resuming). Exit status 2 for a bad config or an unreadable index.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 import signal
 import sys
 
-from scripts.cli import parse_config, serve_until_interrupted, sigterm_as_interrupt, user_errors
+from scripts.cli import parse_config, serve_until_interrupted, sigterm_as_interrupt
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,10 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     parser = argparse.ArgumentParser(prog="python -m scripts.serve_retrieval", description=__doc__.splitlines()[0])
     _, cfg = parse_config(parser, argv)
-    from actors.retrieval.index_store import IndexFormatError, Manifest
-
-    with user_errors():
-        Manifest.load(cfg.index.dir)  # fail fast, before starting Ray
+    from actors.retrieval.index_store import IndexFormatError
 
     import ray
     from ray import serve
@@ -35,11 +32,13 @@ def main(argv: list[str] | None = None) -> int:
     from actors.retrieval.http import serve_retrieval
     from actors.retrieval.pool import start_retrieval_pool
     from cluster.ray_init import init_ray
+    from pipelines.build_index import ensure_index
 
     local = init_ray(cfg.ray)
     signal.signal(signal.SIGTERM, sigterm_as_interrupt)
     try:
         try:
+            ensure_index(cfg)  # built (resuming) when missing
             pool = start_retrieval_pool(cfg.index.dir, cfg.retrieval, name="retrieval_pool")
             url = serve_retrieval(pool, cfg.serve, cfg.retrieval, name="retrieval")
         except (IndexFormatError, RuntimeError) as e:

@@ -80,7 +80,8 @@ class Searcher:
 
     Args:
         spec: the policy `EngineSpec` as a dict. recipe, recipe_options: `train.recipe` and
-            `Config.recipe_config()`. sampling, limits: `Sampling` / `RolloutLimits` fields.
+            `Config.eval_recipe_config()`. sampling, limits: `Sampling` / `RolloutLimits` fields (evaluation's:
+            `pipelines.evaluate.eval_sampling`, `Config.searcher_limits`).
         chat: `rollout.chat`. model: `ModelOut` fields. max_question_tokens, default_timeout_s:
             from `serve.*`. retrieval, generator: handles of the other deployments (generator None
             unless the recipe's generator answers).
@@ -194,7 +195,13 @@ def compose(cfg: Any, served: Served) -> Any:
     from recipes import get_recipe
 
     sv, ro, fr = cfg.serve, cfg.rollout, cfg.frozen
-    recipe = get_recipe(cfg.train.recipe, cfg.recipe_config())
+    from pipelines.evaluate import eval_frozen_config, eval_sampling
+
+    # One resolved set of episode settings with evaluation (pipelines.evaluate.plan_methods), so a served
+    # answer is the answer evaluation gives: recipe options with eval.topk / eval.max_turns / the last
+    # stage's options, eval.temperature / top_p, the same token limits and the generator on eval.frozen_backend.
+    options = cfg.eval_recipe_config()
+    recipe = get_recipe(cfg.train.recipe, options)
     model = ModelOut(name=sv.model_name or served.name, checkpoint=served.checkpoint, step=served.step,
                      recipe=cfg.train.recipe).model_dump()
     rcfg = cfg.retrieval.model_dump()
@@ -202,17 +209,14 @@ def compose(cfg: Any, served: Served) -> Any:
     generator = None
     if recipe.generator_answers:
         generator = Generator.options(ray_actor_options={"num_cpus": fr.num_cpus, "num_gpus": fr.num_gpus}).bind(
-            engine_spec(cfg, "generator").model_dump(), max_answer_tokens=fr.max_answer_tokens)
+            engine_spec(eval_frozen_config(cfg), "generator").model_dump(), max_answer_tokens=fr.max_answer_tokens)
     scale: dict[str, Any] = ({"autoscaling_config": sv.autoscaling_config} if sv.autoscaling_config
                              else {"num_replicas": sv.replicas})
-    # Limits as evaluation sets them (pipelines.evaluate.plan_methods), so answers match it.
-    limits = {"max_new_tokens_per_turn": ro.max_new_tokens_per_turn, "max_observation_tokens": ro.max_observation_tokens,
-              "max_total_tokens": min(ro.max_total_tokens, ro.max_model_len)}
     searcher = Searcher.options(
         ray_actor_options={"num_cpus": ro.cpus_per_worker, "num_gpus": ro.gpus_per_worker},
         max_ongoing_requests=sv.max_ongoing_requests, max_queued_requests=sv.max_queued_requests, **scale,
-    ).bind(engine_spec(cfg, "policy", served.model).model_dump(), cfg.train.recipe, cfg.recipe_config(),
-           {"temperature": 0.0, "seed": cfg.seed}, limits, ro.chat, model, sv.max_question_tokens,
+    ).bind(engine_spec(cfg, "policy", served.model).model_dump(), cfg.train.recipe, options,
+           eval_sampling(cfg), cfg.searcher_limits(), ro.chat, model, sv.max_question_tokens,
            sv.request_timeout_s, retrieval, generator)
     settings = {"max_body_bytes": sv.max_body_bytes, "request_timeout_s": sv.request_timeout_s,
                 "retry_after_s": sv.retry_after_s,

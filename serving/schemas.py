@@ -53,7 +53,7 @@ class SearchOptions(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
     max_turns: int | None = Field(None, description="Searches before the last turn (0..serve limit); None = the recipe's.")
     topk: int | None = Field(None, description="Documents per search (1..retrieval.max_topk); None = retrieval.topk.")
-    temperature: float | None = Field(None, ge=0, le=2, description="Sampling temperature 0..2; None = 0 (greedy, as evaluation).")
+    temperature: float | None = Field(None, ge=0, le=2, description="Sampling temperature 0..2; None = the evaluation's (`eval.temperature`, 0 = greedy).")
     seed: int | None = Field(None, description="Sampling seed; None = the config's seed.")
     return_docs: bool = Field(True, description="Include each turn's documents in the response.")
     timeout_s: float | None = Field(None, gt=0, description="Deadline in seconds (0 < t <= serve.request_timeout_s); past it 504.")
@@ -213,7 +213,7 @@ _EXPECTED = {
     "question": "a non-empty string",
     "max_turns": "an integer in 0..{max_turns} or omitted",
     "topk": "an integer in 1..{max_topk} (retrieval.max_topk) or omitted for retrieval.topk",
-    "temperature": "a number in 0..2 or omitted for greedy decoding",
+    "temperature": "a number in 0..2, or omitted for the evaluation's (greedy unless eval.temperature is set)",
     "seed": "an integer or omitted",
     "return_docs": "true or false",
     "timeout_s": "a number of seconds in (0, {max_timeout_s}] (serve.request_timeout_s) or omitted",

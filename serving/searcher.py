@@ -2,7 +2,9 @@
 
 The policy runs the training recipe through `actors.rollout.agent_loop.AgentLoop` (same prompt,
 stop strings, parser, observation format and token limits as training and `pipelines.evaluate`),
-greedy unless the request sets a temperature, so a served answer is the answer evaluation gives.
+at the evaluation's temperature (`eval.temperature`, greedy by default) unless the request sets one,
+with the evaluation's recipe options (`Config.eval_recipe_config`), so a served answer is the answer
+evaluation gives.
 For a recipe whose frozen generator answers (s3), `answer_fn` answers from the selected documents
 with the Fig. 12 prompt, as evaluation does. The Serve deployment (`serving.app.Searcher`) is a thin
 shell around it; tests run it on a scripted engine.
@@ -83,7 +85,8 @@ class SearchService:
             options["max_turns"] = req.max_turns
         if req.topk is not None:
             options["topk"] = req.topk
-        sampling = replace(self.sampling, temperature=req.temperature or 0.0,
+        temperature = self.sampling.temperature if req.temperature is None else req.temperature  # eval.temperature
+        sampling = replace(self.sampling, temperature=temperature,
                            seed=self.sampling.seed if req.seed is None else req.seed)
         return AgentLoop(self.engine, get_recipe(self.recipe_name, options), self.searcher, sampling, self.limits,
                          chat=self.chat, compute_reward=False)

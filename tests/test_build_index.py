@@ -146,3 +146,30 @@ def test_sha256_file_is_the_file_digest(tmp_path):
     data = np.random.default_rng(0).bytes(3 * 2**20 + 7)  # more than one read buffer
     (tmp_path / "blob").write_bytes(data)
     assert sha256_file(tmp_path / "blob") == hashlib.sha256(data).hexdigest()
+
+
+def test_ready_index_builds_a_missing_index_once(tmp_path, data_dir, monkeypatch):
+    from pipelines.build_index import ready_index
+
+    cfg = bm25_config(tmp_path, data_dir, shards=2, limit=120)
+    built = ready_index(cfg, progress=False)  # a fresh clone: nothing at index.dir yet
+    assert built.num_docs == 120 and Manifest.load(cfg.index.dir) == built
+
+    def no_rebuild(*a, **kw):
+        raise AssertionError("a finished index was built again")
+
+    monkeypatch.setattr(build_module, "build_index", no_rebuild)
+    assert ready_index(cfg, progress=False) == built  # read as it is, never rebuilt or touched
+
+
+def test_an_entry_point_refuses_an_index_type_it_cannot_read(tmp_path, data_dir):
+    from pipelines.build_index import require_index_type
+
+    cfg = bm25_config(tmp_path, data_dir, shards=1)
+    require_index_type(cfg, ("bm25",), "reads one BM25 shard", shards=1)
+    with pytest.raises(IndexFormatError, match=r"index.type='bm25' index.num_shards=1: .* flat indexes only; use "
+                                               r"e.g. --config configs/retrieval_cpu.yaml"):
+        require_index_type(cfg, ("flat",), "compares against exact search")
+    cfg.index.num_shards = 4
+    with pytest.raises(IndexFormatError, match="index.dir=indexes/bm25-1 index.type=bm25 index.num_shards=1"):
+        require_index_type(cfg, ("bm25",), "reads one BM25 shard", shards=1)

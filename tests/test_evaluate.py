@@ -110,6 +110,16 @@ def test_resolve_checkpoint_layouts(tmp_path):
     (tmp_path / "broken" / "policy" / "hf").mkdir(parents=True)
     with pytest.raises(EvaluationError, match=r"broken.*policy/hf: no config\.json, weights"):
         resolve_checkpoint(tmp_path / "broken")
+    run = tmp_path / "run"  # a run directory: its newest finished checkpoint, as scripts.serve takes it
+    (run / "checkpoints").mkdir(parents=True)
+    with pytest.raises(EvaluationError, match="a run directory with no finished checkpoint"):
+        resolve_checkpoint(run)
+    from pipelines.checkpoints import STATE_FILE
+
+    for step in (4, 8):
+        _fake_model_dir(run / "checkpoints" / f"step-{step}" / "policy" / "hf")
+        (run / "checkpoints" / f"step-{step}" / STATE_FILE).write_text("{}")
+    assert resolve_checkpoint(run) == str((run / "checkpoints" / "step-8" / "policy" / "hf").resolve())
 
 
 def test_bad_checkpoint_fails_before_any_actor(tmp_path, monkeypatch, capsys):

@@ -24,7 +24,24 @@ def test_build_app_follows_serve_config():
     s = deps["Searcher"]
     assert (s.num_replicas, s.max_queued_requests, s.max_ongoing_requests) == (3, 5, 8)
     assert s.ray_actor_options["num_cpus"] == 1.0 and s.init_args[0]["model"] == "gemma3-270m"
-    assert s.init_args[1] == "search_r1" and s.init_args[3] == {"temperature": 0.0, "seed": 0}
+    assert s.init_args[1] == "search_r1" and s.init_args[3] == {"temperature": 0.0, "top_p": 1.0, "seed": 0}
+
+
+def test_serving_runs_the_episode_evaluation_runs():
+    """One resolved set of episode settings: recipe options (eval.topk, eval.max_turns), sampling
+    (eval.temperature) and token limits as `pipelines.evaluate` plans the searcher's episodes."""
+    from configs import load_config
+    from pipelines.evaluate import eval_sampling, plan_methods
+
+    config = "configs/search_r1_learn_cpu.yaml"
+    overrides = ["eval.topk=5", "eval.max_turns=2", "eval.temperature=0.1", "rollout.max_total_tokens=1500"]
+    searcher = deployments(build_app({"checkpoint": "gemma3-270m", "config": config, "overrides": overrides}))["Searcher"]
+    cfg = load_config(config, overrides)
+    (policy,) = plan_methods(cfg, ["policy"], None)
+    assert searcher.init_args[2] == policy.recipe_config and policy.recipe_config["topk"] == 5
+    assert policy.recipe_config["max_turns"] == 2
+    assert searcher.init_args[3] == eval_sampling(cfg) and searcher.init_args[3]["temperature"] == 0.1
+    assert searcher.init_args[4] == policy.limits and policy.limits["max_total_tokens"] == 1500
 
 
 def test_s3_gets_the_generator_and_autoscaling():

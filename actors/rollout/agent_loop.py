@@ -246,19 +246,9 @@ class AgentLoop:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
     def fit_observation(self, docs: list[Doc]) -> list[Doc]:
-        """Shorten document texts evenly (with a marker) so the observation fits
-        `max_observation_tokens`; documents that fit are returned unchanged."""
-        limit = self.limits.max_observation_tokens
-        if not docs or len(self.encode(self.recipe.observation_text(docs), special=False)) <= limit:
-            return docs
-        overhead = len(self.encode(self.recipe.observation_text([replace(d, text="") for d in docs]), special=False))
-        marker = len(self.encode(TRUNCATION_MARKER, special=False))
-        per_doc = max(1, (limit - overhead) // len(docs) - marker)
-        out = []
-        for d in docs:
-            ids = self.encode(d.text, special=False)
-            out.append(d if len(ids) <= per_doc else replace(d, text=self.decode(ids[:per_doc]) + TRUNCATION_MARKER))
-        return out
+        """`fit_documents` with this loop's recipe, tokenizer and `max_observation_tokens`."""
+        return fit_documents(self.recipe, docs, self.limits.max_observation_tokens,
+                             lambda t: self.encode(t, special=False), self.decode)
 
     async def run_episode(self, example: Any, sample_index: int = 0,
                           on_turn: Callable[[Episode, TurnRecord], None] | None = None) -> Trajectory:
@@ -346,3 +336,21 @@ def pool_searcher(pool: Any, retries: int = 3, backoff_s: float = 1.0,
                 await asyncio.sleep(backoff_s * 2**attempt)
 
     return search
+
+
+def fit_documents(recipe: Any, docs: list[Doc], limit: int, encode: Callable[[str], list[int]],
+                  decode: Callable[[Sequence[int]], str]) -> list[Doc]:
+    """Shorten document texts evenly (each cut ends with `TRUNCATION_MARKER`) so the recipe's observation
+    text of `docs` fits `limit` tokens (`max_observation_tokens`); documents that fit are returned
+    unchanged. `encode` / `decode`: the policy tokenizer without special tokens. Used by the agent loop
+    and by `scripts.bench_serve`'s plain-loop baseline, so both read the same observation."""
+    if not docs or len(encode(recipe.observation_text(docs))) <= limit:
+        return docs
+    overhead = len(encode(recipe.observation_text([replace(d, text="") for d in docs])))
+    marker = len(encode(TRUNCATION_MARKER))
+    per_doc = max(1, (limit - overhead) // len(docs) - marker)
+    out = []
+    for d in docs:
+        ids = encode(d.text)
+        out.append(d if len(ids) <= per_doc else replace(d, text=decode(ids[:per_doc]) + TRUNCATION_MARKER))
+    return out
