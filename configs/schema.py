@@ -262,6 +262,17 @@ class WandbConfig(StrictModel):
     tags: list[str] = Field(default_factory=list, description="Run tags.")
 
 
+class WarmStart(StrictModel):
+    """Rejection-sampling fine-tuning before RL (STaR, Zelikman et al. 2022; RFT, Yuan et al. 2023): the
+    untrained policy's own episodes whose reward beats `min_reward` (s3's gain over naive RAG: above 0), one
+    supervised pass over their policy tokens, then the RL steps (`pipelines.warm_start`)."""
+
+    questions: int = Field(64, gt=0, description="Training questions rolled out for the warm start (a seeded sample).")
+    samples: int = Field(4, gt=0, description="Episodes per question, at rollout.temperature.")
+    min_reward: float = Field(0.0, description="Keep episodes whose reward is above this (s3: F1 gain over naive RAG).")
+    epochs: int = Field(1, gt=0, description="Supervised passes over the kept episodes.")
+
+
 class TrainConfig(StrictModel):
     """The training loop: recipe, batch sizes, schedule, evaluation and checkpoints."""
 
@@ -281,6 +292,9 @@ class TrainConfig(StrictModel):
         "beside the index. 0 = off (train on all questions).",
     )
     select_samples: int = Field(4, ge=2, description="Episodes per candidate question in the selection (count).")
+    warm_start: WarmStart | None = Field(
+        None, description="Rejection-sampling fine-tuning on the untrained policy's best episodes before step 1 of a "
+        "fresh run (pipelines/warm_start.py); its question visits count in train/question_visits. None = off.")
     async_mode: Literal["off", "one_step", "fully"] = Field(
         "off", description="off: each step's rollout waits for the previous update and weight sync; one_step: the "
         "next step's rollout runs during this step's update, one policy version behind the learner "

@@ -90,6 +90,14 @@ def check_data(cfg: Config) -> None:
         pack_file(name, cfg.data.dir)
 
 
+def question_visits(cfg: Config, steps: int) -> float:
+    """Training questions visited after `steps` completed steps (a group of samples is one visit):
+    `steps × train.questions_per_step`, plus `train.warm_start.questions` once the warm start ran (it runs
+    before step 1 of a fresh run; 0 before any step)."""
+    warm = cfg.train.warm_start.questions if cfg.train.warm_start is not None and steps > 0 else 0
+    return float(steps * cfg.train.questions_per_step + warm)
+
+
 class Trainer:
     """Owns the actors of one run and runs its steps (use `run()`; `close()` frees everything)."""
 
@@ -315,7 +323,7 @@ class Trainer:
             self.stream.set_version(step + 1)
 
         metrics = {"step": float(step + 1), "stage": float(stage + 1),
-                   VISITS: float((step + 1) * cfg.train.questions_per_step)}
+                   VISITS: question_visits(cfg, step + 1)}
         if self.ahead is not None:
             metrics.update(staleness_metrics(trajs, step))  # the learner held version `step` while it trained
             metrics["async/learner_idle_s"] = timings.pop("learner_idle_s")
@@ -378,7 +386,7 @@ class Trainer:
         trajs = self.rollout(examples, stage_at(self.cfg, max(0, step - 1))[1], 1, 0.0, seed=0)
         out = rollout_metrics(trajs, prefix="dev")
         out["time/eval_s"] = time.perf_counter() - t
-        out[VISITS] = float(step * self.cfg.train.questions_per_step)  # the x of the dev curve
+        out[VISITS] = question_visits(self.cfg, step)  # the x of the dev curve
         if "dev/answer_f1" in out:
             self.dev_f1[step] = float(out["dev/answer_f1"])
         log.info("%s", dev_summary(step, out))
@@ -396,6 +404,13 @@ class Trainer:
         from pipelines.trainer_checkpoint import load_checkpoint
 
         return load_checkpoint(self, checkpoint)
+
+    def warm_start(self) -> dict[str, float]:
+        """`train.warm_start`: rejection-sampling fine-tuning before step 1 (`pipelines.warm_start`)."""
+        from pipelines.warm_start import warm_start
+
+        self.on_phase("warm start")
+        return warm_start(self)
 
     @property
     def pad_token_id(self) -> int:

@@ -303,3 +303,21 @@ def test_step_summary_of_a_select_only_recipe_names_its_own_numbers():
     assert recipe_searches(load_config("configs/r1_searcher_cpu.yaml"))
     assert step_summary(metrics, searches=False) == ("reward 0.012 valid 0.97 docs 1.81 answer F1 0.157 | rollout 10s "
                                                      "prep 0s update 21s skipped 3 sync 11s")
+
+
+@pytest.mark.slow
+def test_warm_start_fine_tunes_on_kept_episodes_before_step_one(ray_local, small_index, tiny_gemma_dir, tmp_path):
+    """`train.warm_start`: the untrained policy's episodes above `min_reward` (here every one: the tiny random
+    model scores 0) take one supervised pass before step 1; its metrics are logged at step 0 after the dev
+    row, and its questions count in the visits."""
+    from pipelines.train import VISITS, train
+
+    cfg = _tiny_run("configs/search_r1_cpu.yaml", small_index, tiny_gemma_dir, tmp_path, "train.total_steps=1",
+                    "train.wandb.mode=disabled", "train.warm_start={questions: 3, samples: 2, min_reward: -1.0}")
+    run_dir = train(cfg, progress=False)
+    rows = _rows(run_dir)
+    assert [r["step"] for r in rows] == [0, 0, 1] and "dev/answer_f1" in rows[0]
+    warm = rows[1]
+    assert warm["warm_start/episodes"] == warm["warm_start/kept"] == 6
+    assert warm["warm_start/optimizer_steps"] >= 1 and "warm_start/policy_loss" in warm
+    assert rows[2][VISITS] == 2 + 3  # one step of 2 questions after the warm start's 3

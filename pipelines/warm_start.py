@@ -1,0 +1,96 @@
+"""Rejection-sampling fine-tuning before RL (`train.warm_start`): STaR (Zelikman et al. 2022) and RFT
+(Yuan et al. 2023) applied to a search agent, recipe-independent.
+
+Before step 1 of a fresh run the untrained policy rolls out `warm_start.samples` episodes of
+`warm_start.questions` training questions (a seeded sample, at the training temperature, scored by the
+recipe's own reward). The episodes whose reward is above `warm_start.min_reward` (s3: an F1 gain over
+naive RAG) are kept, and the policy takes one supervised pass over their policy tokens (loss mask: the
+observations stay out), `warm_start.epochs` times. The pass is the policy learner's own update with
+advantage 1 on every policy token and no KL or entropy term: at ratio 1 its gradient is the negative
+log-likelihood's (token mean), and the PPO clip keeps each later mini-batch within `algorithm.clip_eps`
+of the rollout policy. Then the workers get the new weights and the RL steps start from them. The
+warm start counts as one learner update (the learning-rate warm-up moves on by one).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import Any, Sequence
+
+log = logging.getLogger(__name__)
+
+
+def kept_episodes(trajectories: Sequence[dict], min_reward: float) -> list[dict]:
+    """The trajectories (dicts, `Trajectory.to_json()`) whose `reward` is above `min_reward` and that hold at
+    least one policy token (`loss_mask`)."""
+    return [t for t in trajectories
+            if t.get("reward") is not None and float(t["reward"]) > min_reward and any(t["loss_mask"])]
+
+
+def supervised_batch(trajectories: Sequence[dict], mini_batch_size: int, pad_token_id: int, epochs: int = 1):
+    """A `TrainBatch` of `trajectories` repeated `epochs` times and cycled up to a multiple of
+    `mini_batch_size` rows (the learner's update takes whole mini-batches), with `advantages` 1.0 on every
+    policy token (`[B, R]` float32, equal to `loss_mask`) and `old_logprobs` still to compute.
+
+    Raises:
+        ValueError: no trajectories, or `mini_batch_size` / `epochs` below 1.
+    """
+    from actors.learner.batch import make_train_batch
+
+    if not trajectories:
+        raise ValueError("supervised_batch: no trajectories to train on")
+    if mini_batch_size < 1 or epochs < 1:
+        raise ValueError(f"supervised_batch: mini_batch_size ({mini_batch_size}) and epochs ({epochs}) must be >= 1")
+    rows = list(trajectories) * epochs
+    total = -(-len(rows) // mini_batch_size) * mini_batch_size
+    rows += [rows[i % len(rows)] for i in range(total - len(rows))]
+    batch = make_train_batch(rows, pad_token_id)
+    return batch.with_fields(advantages=batch.loss_mask.clone())
+
+
+def supervised_algorithm(algorithm: Any) -> Any:
+    """`algorithm` (an `AlgorithmConfig`) for the supervised pass: no KL or entropy term, no off-policy
+    weights, every row kept (advantages are all 1)."""
+    return algorithm.model_copy(update={"kl_coef": 0.0, "entropy_coef": 0.0, "skip_zero_advantage": False,
+                                        "off_policy_correction": "none"})
+
+
+def warm_start_questions(pool: Sequence[dict], count: int, seed: int) -> list[dict]:
+    """`count` questions of `pool` (all when it has fewer), a sample seeded by `seed`."""
+    return random.Random(seed * 7919 + 1).sample(list(pool), min(count, len(pool)))
+
+
+def warm_start(trainer: Any) -> dict[str, float]:
+    """Run the warm start on a `pipelines.train.Trainer` whose actors are up (see the module docstring).
+
+    Returns:
+        `warm_start/*` metrics: episodes, kept, reward_mean (all episodes), kept_reward_mean, and the
+        update's policy_loss, optimizer_steps and update_s (absent when nothing was kept).
+    Raises:
+        As `Trainer.rollout` and `LearnerGroup.update`.
+    """
+    from pipelines.train import stage_at
+
+    cfg = trainer.cfg
+    ws = cfg.train.warm_start
+    _, options, train_file = stage_at(cfg, 0)
+    examples = warm_start_questions(trainer.training_questions(train_file, options), ws.questions, cfg.seed)
+    trajs = trainer.rollout(examples, options, ws.samples, cfg.rollout.temperature, seed=cfg.seed * 1_000_003 - 1)
+    kept = kept_episodes(trajs, ws.min_reward)
+    rewards = [float(t["reward"] or 0.0) for t in trajs]
+    out = {"warm_start/episodes": float(len(trajs)), "warm_start/kept": float(len(kept)),
+           "warm_start/reward_mean": sum(rewards) / max(len(rewards), 1),
+           "warm_start/kept_reward_mean": sum(float(t["reward"]) for t in kept) / max(len(kept), 1)}
+    if not kept:
+        log.warning("warm start: none of %d episodes has a reward above %g; RL starts from the untrained policy",
+                    len(trajs), ws.min_reward)
+        return out
+    batch = supervised_batch(kept, cfg.learner.mini_batch_size, trainer.pad_token_id, ws.epochs)
+    logprobs, _ = trainer.policy.compute_logprobs(batch)
+    m = trainer.policy.update(batch.with_fields(old_logprobs=logprobs), supervised_algorithm(cfg.algorithm))
+    trainer.policy.sync_weights(trainer.workers, version=trainer.weight_version)
+    out.update({f"warm_start/{k}": float(m[k]) for k in ("policy_loss", "optimizer_steps", "update_s") if k in m})
+    log.info("warm start: kept %d of %d episodes (reward > %g), %d optimizer steps", len(kept), len(trajs),
+             ws.min_reward, int(m.get("optimizer_steps", 0)))
+    return out
