@@ -95,6 +95,12 @@ class S3Config(RecipeConfig):
     reward_metric: Literal["gen_acc", "f1", "cover_em", "em"] = Field(
         "gen_acc", description="The accuracy in Eq. 1: gen_acc (the paper) or the answer's token F1, cover-EM or EM "
         "against the gold answers (a dense gain where a small generator's GenAcc is almost always 0; no judge).")
+    no_selection_reward: float | None = Field(
+        None, description="The reward of an episode whose searcher selected nothing (no parsed <important_info> or "
+        "selection: malformed, or cut at the token limit) instead of Eq. 1. By App. A.5 such an episode's context "
+        "is the whole top-k, i.e. naive RAG, so its gain is exactly 0: a safe harbour a weak policy's GRPO update "
+        "drifts to, after which every reward is 0 and nothing is left to learn (measured with "
+        "configs/learn_cpu.yaml: valid selections 0.77 -> 0.02 on dev in 8 steps). None = the paper. Not in the paper.")
 
 
 def parse_ids(content: str) -> tuple[int, ...]:
@@ -296,7 +302,9 @@ class S3(Recipe):
     def reward(self, episode: Episode, scorer: Scorer | None = None) -> RewardBreakdown:
         """Gain Beyond RAG (s3 Eq. 1): Acc(G(Q, D_s3)) − Acc(G(Q, D_RAG)), in {−1, 0, 1} for GenAcc
         (in [−1, 1] for F1); the `code` variant adds Acc_s3 (range [−1, 2]). Acc is `reward_metric`
-        (`accuracy`). Also stores the generator's answer in `episode.final.answer`.
+        (`accuracy`). With `no_selection_reward` set, an episode that selected nothing gets that value
+        instead (component `no_selection`: 1.0 for such an episode). Also stores the generator's answer in
+        `episode.final.answer`.
 
         Components keep the paper's names whatever the metric: `gen_acc_s3` and `gen_acc_rag` hold
         the configured accuracy.
@@ -315,4 +323,9 @@ class S3(Recipe):
         acc_rag = self.rag_gen_acc(episode, scorer)
         gain = acc_s3 - acc_rag
         total = gain + acc_s3 if self.config.reward_variant == "code" else gain
-        return RewardBreakdown(total, {"gen_acc_s3": acc_s3, "gen_acc_rag": acc_rag, "gain_beyond_rag": gain})
+        components = {"gen_acc_s3": acc_s3, "gen_acc_rag": acc_rag, "gain_beyond_rag": gain}
+        if self.config.no_selection_reward is not None:
+            selected = any(_selected_of(t.action) is not None for t in episode.turns)
+            components["no_selection"] = 0.0 if selected else 1.0
+            total = total if selected else self.config.no_selection_reward
+        return RewardBreakdown(total, components)

@@ -200,6 +200,25 @@ def test_s3_select_only_one_turn_picks_the_first_selection():
     assert [d.doc_id for d in ep2.final.selected_docs] == ["e1", "e2", "e3"]
 
 
+def test_s3_no_selection_reward_closes_the_naive_rag_harbour():
+    """`no_selection_reward`: an episode that selected nothing (cut at the token limit) is naive RAG by A.5,
+    a gain of exactly 0 under Eq. 1; with the option it gets the set reward instead, and a selecting
+    episode keeps Eq. 1."""
+    scorer = ScriptedScorer({}, default="2007")  # every context gives the same answer: every gain is 0
+    paper = get_recipe("s3", max_turns=0, prefill="<important_info>[", reward_metric="f1")
+    s3 = get_recipe("s3", max_turns=0, prefill="<important_info>[", reward_metric="f1", no_selection_reward=-0.5)
+    cut, picked = (s3.start(EARTHSHIP_Q, ["2007"], INITIAL, chat=False) for _ in range(2))
+    s3.step(cut, "1, 2, 3, 4, 5, 6, 7, 8, 9")
+    s3.step(picked, "2]</important_info>")
+    cut_paper = paper.start(EARTHSHIP_Q, ["2007"], INITIAL, chat=False)
+    paper.step(cut_paper, "1, 2, 3, 4, 5, 6, 7, 8, 9")
+    assert paper.reward(cut_paper, scorer).total == 0.0  # the paper: no selection = naive RAG, gain 0
+    r = s3.reward(cut, scorer)
+    assert r.total == -0.5 and r.components["no_selection"] == 1.0 and r.components["gain_beyond_rag"] == 0.0
+    r = s3.reward(picked, scorer)
+    assert r.total == 0.0 and r.components["no_selection"] == 0.0
+
+
 def test_s3_training_filter():
     """s3 §4.1: drop yes/no/true/false questions and those naive RAG already answers."""
 
