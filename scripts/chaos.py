@@ -44,7 +44,7 @@ CHAOS_OVERRIDES = (  # small steps; GRPO (no critic) keeps the learner to one mo
     "algorithm.advantage_estimator=grpo", "algorithm.kl_coef=0.0", "train.questions_per_step=2",
     "rollout.samples_per_prompt=2", "learner.mini_batch_size=4", "rollout.max_new_tokens_per_turn=64",
     "train.eval_questions=0", "train.eval_every=0", "train.save_every=1", "train.keep_checkpoints=1",
-    "train.stages=[]", "train.wandb.mode=disabled",
+    "train.stages=[]", "train.wandb.mode=disabled", "train.select_questions=0", "train.warm_start=null",
 )
 
 
