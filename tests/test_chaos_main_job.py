@@ -1,0 +1,27 @@
+"""`scripts.chaos` on the main job's config and index kind (issue 41): a fresh clone's chaos run searches the
+BM25 index the main job builds (its driver builds it when missing), survives every kill and loses nothing.
+Slow: a real five-step training run with its restarts (7 min here, 2026-11-27)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_chaos_runs_on_the_main_job_index(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "WANDB_SERVICE")}
+    index = tmp_path / "bm25-1"  # the main job's index (configs/main_cpu.yaml), built by the driver here
+    out = subprocess.run([sys.executable, "-m", "scripts.chaos", "--config", "configs/main_cpu.yaml", "--steps", "2",
+                          "--work-dir", str(tmp_path / "chaos"), f"index.dir={index}"],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "lost=0 duplicated=0 resumed_same_order=true" in out.stdout
+    assert "kills=shard:1,rollout:1,frozen:1,learner:1,driver:1" in out.stdout
+    assert (index / "manifest.json").is_file()
