@@ -74,7 +74,7 @@ def run_loop(trainer: Any, start_step: int, stop: GracefulStop | None = None) ->
             if dev:  # {} with train.eval_questions 0: no row
                 trainer.tracker.log(dev, step=0)
             stop.check()
-        if start_step == 0 and cfg.train.warm_start is not None:  # before step 1 of a fresh run only
+        if start_step == 0 and getattr(cfg.train, "warm_start", None) is not None:  # before step 1 of a fresh run only
             trainer.tracker.log(trainer.warm_start(), step=0)
             stop.check()
         step = start_step

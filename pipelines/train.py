@@ -94,7 +94,8 @@ def question_visits(cfg: Config, steps: int) -> float:
     """Training questions visited after `steps` completed steps (a group of samples is one visit):
     `steps × train.questions_per_step`, plus `train.warm_start.questions` once the warm start ran (it runs
     before step 1 of a fresh run; 0 before any step)."""
-    warm = cfg.train.warm_start.questions if cfg.train.warm_start is not None and steps > 0 else 0
+    ws = getattr(cfg.train, "warm_start", None)
+    warm = ws.questions if ws is not None and steps > 0 else 0
     return float(steps * cfg.train.questions_per_step + warm)
 
 
