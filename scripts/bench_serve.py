@@ -126,11 +126,13 @@ def baseline_run(cfg, model_path: str, url: str, questions: list[str]) -> dict:
             if turn.needs_retrieval:
                 recipe.observe(ep, fit_documents(recipe, retrieve(turn.action.query),
                                                  limits["max_observation_tokens"], encode, decode))
-            obs = encode(turn.observation)[: limits["max_observation_tokens"]]
+            obs = encode(turn.observation)
+            cut = len(obs) > limits["max_observation_tokens"]  # a last resort after fit_documents, as in the loop
+            obs = obs[: limits["max_observation_tokens"]]
             if turn.observation and ids["input_ids"].shape[1] + len(new_ids) + len(obs) > limits["max_total_tokens"]:
                 recipe.finish(ep, "max_total_tokens")  # no room for the observation, as the agent loop ends it
                 break
-            text += new + (decode(obs) if turn.observation else "")
+            text += new + (decode(obs) if cut else turn.observation)
         if answer is not None:  # s3: the generator reads what the searcher kept
             answer(q, recipe.format_docs((ep.final or recipe.final_output(ep)).selected_docs))
         latencies.append(time.perf_counter() - t)
