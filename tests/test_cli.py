@@ -111,7 +111,7 @@ def test_main_refuses_a_trained_row_without_a_checkpoint(monkeypatch, capsys, tm
     run_dir = tmp_path / "run"
     (run_dir / "checkpoints").mkdir(parents=True)
     monkeypatch.setattr(cluster.ray_init, "init_ray", lambda *a, **k: False)
-    monkeypatch.setattr(pipelines.build_index, "build_index", lambda cfg: SimpleNamespace(num_docs=1))
+    monkeypatch.setattr(pipelines.build_index, "ensure_index", lambda cfg, progress=True: SimpleNamespace(num_docs=1))
     monkeypatch.setattr(pipelines.train, "train", lambda cfg, resume=None: run_dir)
 
     def no_eval(*a, **k):
