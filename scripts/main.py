@@ -35,6 +35,18 @@ EVAL_METHODS = ("direct", "naive_rag", "policy", "untrained")  # the trained sea
 log = logging.getLogger(__name__)
 
 
+def stopped_message(run_dir: Path | None, cfg, eval_limit: int) -> str:
+    """What to run after a Ctrl-C / SIGTERM outside training: the same command, whose index build resumes
+    (`run_dir` None: the stop came before training ended), or the evaluation of the finished run on its
+    own (`run_dir` given: the main job's test evaluation, as a `scripts.evaluate` command)."""
+    if run_dir is None:
+        return "stopped: run the same command again; the index build resumes at its first unfinished shard"
+    return (f"stopped during the evaluation; training is done and checkpointed in {run_dir}. Evaluate it with:\n"
+            f"  SEARCHRL_DATA={cfg.data.dir or '../shared/data'} .venv/bin/python -m scripts.evaluate "
+            f"--config {run_dir}/config.yaml --checkpoint {run_dir} --qa {cfg.data.test} --limit {eval_limit} "
+            f"--sample --methods {','.join(EVAL_METHODS)} --out {run_dir}/eval")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: build the index (once), train a searcher, evaluate it against the baselines.
 
@@ -68,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     t0 = time.perf_counter()
     started = init_ray(cfg.ray)
+    run_dir = None  # set when training has finished: a stop after that interrupts the evaluation
     try:
         with user_errors():
             manifest = ensure_index(cfg)
@@ -94,8 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                      sample=True, methods=EVAL_METHODS)
             eval_s = time.perf_counter() - t2
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM (scripts.cli) while indexing or evaluating
-        print("stopped: run the same command again; the index build resumes at its first unfinished shard",
-              file=sys.stderr)
+        print(stopped_message(run_dir, cfg, args.eval_limit), file=sys.stderr)
         return 130
     finally:
         if started:

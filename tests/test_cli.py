@@ -120,3 +120,47 @@ def test_main_refuses_a_trained_row_without_a_checkpoint(monkeypatch, capsys, tm
     monkeypatch.setattr(pipelines.evaluate, "evaluate", no_eval)
     code = scripts.main.main([f"data.dir={data_dir}"])
     assert code == 1 and "training left no checkpoint" in capsys.readouterr().err
+
+
+def test_main_stopped_during_the_evaluation_says_how_to_evaluate_the_run(monkeypatch, capsys, tmp_path, data_dir):
+    """A SIGTERM (KeyboardInterrupt via scripts.cli) after training used to print "the index build resumes":
+    the message names the finished run and the scripts.evaluate command that completes its evaluation."""
+    from types import SimpleNamespace
+
+    import cluster.ray_init
+    import pipelines.build_index
+    import pipelines.checkpoints
+    import pipelines.evaluate
+    import pipelines.train
+    import scripts.main
+
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints" / "step-1").mkdir(parents=True)
+    monkeypatch.setattr(cluster.ray_init, "init_ray", lambda *a, **k: False)
+    monkeypatch.setattr(pipelines.build_index, "ensure_index", lambda cfg, progress=True: SimpleNamespace(num_docs=1))
+    monkeypatch.setattr(pipelines.train, "train", lambda cfg, resume=None: run_dir)
+    monkeypatch.setattr(pipelines.checkpoints, "last_checkpoint", lambda *a, **k: run_dir / "checkpoints" / "step-1")
+
+    def stopped(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipelines.evaluate, "evaluate", stopped)
+    code = scripts.main.main([f"data.dir={data_dir}", "--eval-limit", "32"])
+    err = capsys.readouterr().err
+    assert code == 130 and "index build" not in err
+    assert f"checkpointed in {run_dir}" in err
+    assert f"scripts.evaluate --config {run_dir}/config.yaml --checkpoint {run_dir} --qa test.jsonl.gz --limit 32" in err
+
+
+def test_main_stopped_before_training_ends_says_the_index_build_resumes(monkeypatch, capsys, data_dir):
+    import cluster.ray_init
+    import pipelines.build_index
+    import scripts.main
+
+    def stopped(cfg, progress=True):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cluster.ray_init, "init_ray", lambda *a, **k: False)
+    monkeypatch.setattr(pipelines.build_index, "ensure_index", stopped)
+    assert scripts.main.main([f"data.dir={data_dir}"]) == 130
+    assert "the index build resumes" in capsys.readouterr().err
