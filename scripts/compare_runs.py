@@ -97,8 +97,9 @@ def plot(summaries: list[dict[str, Any]], out_png: Path) -> Path:
     fig, (ax, rx) = plt.subplots(1, 2, figsize=(12, 4.5))
     for i, s in enumerate(summaries):
         xs = [c["visits"] if not math.isnan(c["visits"]) else c["step"] for c in s["curve"]]
-        ax.plot(xs, [c["F1"] for c in s["curve"]], "o-", color=f"C{i}", label=s["name"])
-        rx.plot([v for v, _ in s["rewards"]], [r for _, r in s["rewards"]], "-", color=f"C{i}", label=s["name"], lw=1)
+        style = dict(color=f"C{i}", label=s["name"], linestyle=("-", "--", ":", "-.")[i % 4])  # overlapping runs stay visible
+        ax.plot(xs, [c["F1"] for c in s["curve"]], marker="osv^D"[i % 5], markersize=8 - 1.5 * (i % 3), **style)
+        rx.plot([v for v, _ in s["rewards"]], [r for _, r in s["rewards"]], lw=1, **style)
     for a, label in ((ax, "dev answer F1 (greedy)"), (rx, "training reward (step mean)")):
         a.set_xlabel("question visits (training questions seen)")
         a.set_ylabel(label)
