@@ -132,9 +132,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default=None, help="JSON summary (default runs/bench_learner[_local].json)")
     local = parser.add_argument_group("--local: one PolicyLearner in this process, no Ray (scripts.bench_learner_local)")
     local.add_argument("--local", action="store_true", help="no Ray, no engine: what a bare GPU machine can run")
-    local.add_argument("--shape", choices=("main", "multi_turn"), default="main",
+    local.add_argument("--shape", choices=("main", "multi_turn", "random"), default="main",
                        help="main: the main job's s3 select-only episodes; multi_turn: Search-R1 turns of "
-                            "--response-tokens")
+                            "--response-tokens; random: random ids, --prompt-tokens + --response-tokens (no "
+                            "tokenizer or data)")
+    local.add_argument("--prompt-tokens", type=int, default=512, help="--shape random: prompt length (tokens)")
+    local.add_argument("--memory-gib", type=float, default=None,
+                       help="cap the CUDA allocator at this many GiB (does the shape fit a smaller GPU?)")
+    local.add_argument("--profile", default=None, metavar="DIR",
+                       help="one more update per setting under torch.profiler; its top operators to DIR/<setting>.txt")
     local.add_argument("--questions", type=int, default=8, help="questions (GRPO groups) per update")
     local.add_argument("--group", type=int, default=4, help="samples per question (sharing its prompt)")
     local.add_argument("--setting", action="append", default=[], metavar="learner.K=V,...",

@@ -456,7 +456,7 @@ def test_token_sized_micro_batches_take_the_same_step(ray_local, tiny_gemma_dir)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("shape", ["main", "multi_turn"])
+@pytest.mark.parametrize("shape", ["main", "multi_turn", "random"])
 def test_bench_learner_local_runs_without_ray(tiny_gemma_dir, data_dir, tmp_path, capsys, shape):
     """`scripts.bench_learner --local`: one PolicyLearner in a process of its own per setting, no Ray
     (what a bare GPU machine runs); packed, the forward passes run over each shared prompt once."""

@@ -77,6 +77,10 @@ class PolicyLearner(DeepSpeedRank):
         self._decoder = lm
         if self.config.lora:  # only the adapters train (actors.learner.lora)
             lm = add_lora(lm, self.config.lora, bool(self.config.gradient_checkpointing))
+        if self.config.compile_layers:
+            from actors.learner.compiled import compile_layers
+
+            compile_layers(self._decoder)
         module = PolicyTokenStats(lm, self.config.logprob_chunk_tokens, self.temperature, self.config.shared_prefix)
         self._start_engine(module, self.config.lr)
         return sum(p.numel() for p in lm.parameters())

@@ -304,9 +304,9 @@ class DeepSpeedRank:
             return bool(self.config.gradient_checkpointing)
         from actors.learner.checkpointing import decoder_shape, free_bytes, needs_checkpointing, set_checkpointing
 
-        hidden, layers = decoder_shape(self._decoder)
+        hidden, layers, width = decoder_shape(self._decoder)
         on = needs_checkpointing(int(self._row_tokens(micro, batch).sum()), hidden, layers,
-                                 2 if self.config.dtype == "bf16" else 4, free_bytes(self.device))
+                                 2 if self.config.dtype == "bf16" else 4, free_bytes(self.device), intermediate=width)
         set_checkpointing(self._decoder, on)
         return on
 
