@@ -76,7 +76,8 @@ class LearnerConfig(StrictModel):
         True, description="Recompute decoder activations in backward; auto = only for a micro-batch whose "
         "activations would take more than half the memory left (actors.learner.checkpointing).")
     compile_layers: bool = Field(
-        False, description="torch.compile each decoder layer (actors.learner.compiled): Inductor fuses the "
+        False, description="torch.compile each decoder layer of the policy (actors.learner.compiled; the critic and "
+        "reference model stay eager): Inductor fuses the "
         "elementwise kernels around the matmuls, which were about half of a 1.5B update's GPU time in eager mode. "
         "Each new sequence length's first pass compiles (seconds to a minute).")
     freeze_embeddings: bool = Field(
