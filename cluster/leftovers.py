@@ -25,16 +25,17 @@ def mark() -> str:
     return os.environ[MARKER]
 
 
-def leftovers(marker: str | None = None) -> list:
+def leftovers(marker: str | None = None, descendants: bool = False) -> list:
     """Running processes (`psutil.Process`) that carry `marker` (default: this process's own) and are
-    neither this process nor one of its descendants: orphans of the cluster it started. [] unmarked."""
+    neither this process nor (unless `descendants`) one of its descendants: orphans of the cluster it
+    started, or with `descendants` every process of it. [] unmarked."""
     import psutil
 
     marker = marker or os.environ.get(MARKER)
     if not marker:
         return []
     me = psutil.Process()
-    own = {me.pid, *(p.pid for p in me.children(recursive=True))}
+    own = {me.pid} if descendants else {me.pid, *(p.pid for p in me.children(recursive=True))}
     out = []
     for p in psutil.process_iter():
         try:

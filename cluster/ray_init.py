@@ -45,7 +45,11 @@ def init_ray(ray_cfg, **kwargs) -> bool:
         from cluster.leftovers import mark
 
         mark()  # before ray.init: every process of the cluster inherits it
-        context = ray.init(**opts)
+        try:
+            context = ray.init(**opts)
+        except BaseException:  # Ctrl-C / SIGTERM (or a failure) mid-start: no half-started cluster outlives us
+            abort_local_start()
+            raise
         atexit.unregister(shutdown_local_ray)  # once, however many clusters the program starts
         atexit.register(shutdown_local_ray)
     else:
@@ -66,6 +70,28 @@ def local_cluster_options(ray_cfg) -> dict:
     if ray_cfg.object_store_gib:
         opts["object_store_memory"] = int(ray_cfg.object_store_gib * 2**30)
     return opts
+
+
+def abort_local_start() -> list[int]:
+    """Undo an interrupted start of a local cluster: `ray.shutdown()`, then SIGKILL every marked process
+    (`cluster.leftovers`), this program's children included: a start cut short (a SIGTERM during
+    `ray.init`) leaves GCS, raylet and agents that `ray.shutdown` does not know of, and once this program
+    exits they live on as orphans (seen: `ray::DashboardAgent`, `ray::RuntimeEnvAgent`). Returns the pids."""
+    import ray
+
+    from cluster.exit_deadline import kill_processes
+    from cluster.leftovers import MARKER, leftovers
+
+    try:
+        ray.shutdown()
+    except Exception as e:  # noqa: BLE001 - the marked processes are killed below either way
+        log.warning("ray.shutdown after an interrupted start failed: %s", e)
+    marked = leftovers(descendants=True)
+    kill_processes(marked)
+    os.environ.pop(MARKER, None)
+    if marked:
+        log.warning("stopped %d process(es) of the interrupted Ray start-up: %s", len(marked), [p.pid for p in marked])
+    return [p.pid for p in marked]
 
 
 def shutdown_local_ray(grace_s: float = 5.0) -> list[int]:

@@ -93,3 +93,37 @@ def test_local_ray_shutdown_kills_what_an_actor_left():
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["marked"] and out["alive_after_ray"], out  # Ray's own shutdown left it running
     assert out["pid"] in out["killed"] and out["gone"] and not out["marker_left"], out
+
+
+def test_a_start_up_cut_short_leaves_no_cluster_process(monkeypatch):
+    """SIGTERM during `ray.init` (here a stand-in that starts one cluster process, as GCS or a raylet, then
+    is interrupted): every process of the half-started cluster is killed, this program's children included,
+    and an unmarked process is not. Before the fix such a start left `ray::DashboardAgent` running."""
+    import ray
+
+    from cluster.ray_init import init_ray
+    from configs.schema import RayConfig
+
+    monkeypatch.delenv(MARKER, raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    started: list[subprocess.Popen] = []
+
+    def interrupted_init(**_):
+        started.append(subprocess.Popen(SLEEPER))  # inherits the marker init_ray set
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", interrupted_init)
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    stranger = subprocess.Popen(SLEEPER)  # not the cluster's: no marker
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            init_ray(RayConfig(num_cpus=1))
+        started[0].wait(timeout=10)
+        assert _gone(started[0].pid)
+        assert stranger.poll() is None
+        assert MARKER not in os.environ  # what the program starts next belongs to no cluster
+    finally:
+        for p in (*started, stranger):
+            p.kill()
+            p.wait(timeout=10)
