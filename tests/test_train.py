@@ -34,21 +34,23 @@ def test_batch_order_is_a_function_of_the_step():
 
 def test_stages_schedule_recipe_options():
     cfg = cfg_with()
-    assert total_steps(cfg) == 40
-    assert stage_at(cfg, 0)[:2] == (0, {"max_turns": 2, "topk": 3, "stage": 1})
-    assert stage_at(cfg, 19)[1]["stage"] == 1 and stage_at(cfg, 20)[1]["stage"] == 2
+    assert total_steps(cfg) == 20
+    assert stage_at(cfg, 0)[:2] == (0, {"max_turns": 2, "worked_example": True, "prefill": "<|begin_of_query|>",
+                                        "topk": 3, "stage": 1})
+    assert stage_at(cfg, 9)[1]["stage"] == 1 and stage_at(cfg, 10)[1]["stage"] == 2
     assert total_steps(cfg_with("train.total_steps=7", config="configs/s3_cpu.yaml")) == 7  # no stages
 
 
-@pytest.mark.parametrize("overrides, match", [
-    (["train.recipe=direct", "train.stages=[]", "train.recipe_options={}"], "evaluation baseline"),
-    (["train.questions_per_step=3"], "learner.mini_batch_size"),
-    (["rollout.samples_per_prompt=1", "learner.mini_batch_size=2"], "samples_per_prompt >= 2"),
-    (["index.dir=/nonexistent/index"], "index.dir"),
+@pytest.mark.parametrize("config, overrides, match", [
+    ("configs/train_cpu.yaml", ["train.recipe=direct"], "evaluation baseline"),
+    ("configs/r1_searcher_cpu.yaml", ["train.questions_per_step=3"], "learner.mini_batch_size"),
+    ("configs/r1_searcher_cpu.yaml", ["rollout.samples_per_prompt=1", "learner.mini_batch_size=2"],
+     "samples_per_prompt >= 2"),
+    ("configs/r1_searcher_cpu.yaml", ["index.dir=/nonexistent/index"], "index.dir"),
 ])
-def test_bad_training_configs_fail_before_any_actor(overrides, match):
+def test_bad_training_configs_fail_before_any_actor(config, overrides, match):
     with pytest.raises(TrainConfigError, match=match):
-        validate(cfg_with(*overrides))
+        validate(cfg_with(*overrides, config=config))
 
 
 @pytest.mark.parametrize("overrides, match", [
@@ -68,7 +70,8 @@ def test_recipe_options_are_checked_when_the_config_loads(overrides, match):
 def test_one_topk_for_retrieval_and_recipe():
     cfg = cfg_with("retrieval.topk=5")
     assert stage_at(cfg, 0)[1]["topk"] == 5
-    assert cfg.recipe_config({"stage": 2}) == {"max_turns": 2, "stage": 2, "topk": 5}
+    assert cfg.recipe_config({"stage": 2}) == {"max_turns": 2, "worked_example": True, "prefill": "<|begin_of_query|>",
+                                               "stage": 2, "topk": 5}
 
 
 def test_tracker_writes_jsonl_and_plots(tmp_path):
@@ -97,7 +100,9 @@ def _tiny_run(config: str, small_index, tiny_gemma_dir, run_dir, *overrides: str
         "learner.critic_lr=0.001", "train.questions_per_step=2", "rollout.samples_per_prompt=2",
         "learner.mini_batch_size=4", "learner.micro_batch_size=2", "rollout.max_new_tokens_per_turn=16",
         "rollout.max_total_tokens=1024", "rollout.cpus_per_worker=0.25", "frozen.num_cpus=0.25",
-        "learner.cpus_per_rank=0.5", "train.eval_questions=2", "algorithm.entropy_coef=0.01", *overrides,
+        "learner.cpus_per_rank=0.5", "train.eval_questions=2", "algorithm.entropy_coef=0.01",
+        "algorithm.skip_zero_advantage=false",  # the zero-advantage groups carry the entropy bonus's gradient
+        *overrides,
         config=config)
 
 
