@@ -16,8 +16,11 @@ from .schema import Config
 RESUME_KEYS: tuple[str, ...] = (
     "train.total_steps", "train.eval_every", "train.eval_questions", "train.save_every", "train.keep_checkpoints",
     "train.save_rollouts", "train.max_learner_restarts", "train.wandb.", "ray.",
+    "learner.sync_dtype", "rollout.dtype", "frozen.dtype",
 )
-"""Keys (a trailing "." = every key of that section) a resume may override; all others are the run."""
+"""Keys (a trailing "." = every key of that section) a resume may override; all others are the run. The engines'
+dtypes and the sync dtype may change (a run moved to a CPU without bf16 instructions, `configs.dtype_choice`);
+`learner.dtype` may not: the DeepSpeed checkpoint holds the weights and optimizer state in its layout."""
 
 
 def _flat(value: Any, prefix: str = "") -> dict[str, Any]:

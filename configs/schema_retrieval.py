@@ -8,6 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from configs.dtype_choice import resolve_key
+
 
 class StrictModel(BaseModel):
     """Base for all config sections.
@@ -54,11 +56,12 @@ class EncoderConfig(StrictModel):
     )
     batch_size: int = Field(64, gt=0, description="Passages per encoder forward pass (index build).")
     device: str = Field("cpu", description="Torch device, e.g. 'cpu' or 'cuda:0'.")
-    precision: Literal["fp32", "bf16"] = Field(
-        "fp32",
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        "auto",
         description="Precision of passage encoding (index build); 'bf16' autocasts (2.4x faster on CPUs "
         "with AVX512-BF16, cosine to fp32 vectors >= 0.9999). Queries are always encoded in fp32 and "
-        "vectors are stored as float32.",
+        "vectors are stored as float32. auto = bf16 on a CPU with bf16 instructions, fp32 on other CPUs "
+        "and on a GPU device (configs.dtype_choice).",
     )
     backend: Literal["torch", "openvino"] = Field(
         "torch",
@@ -67,6 +70,12 @@ class EncoderConfig(StrictModel):
         "the index manifest: queries are encoded with the index's backend, and resuming a build with "
         "another backend is an error.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _machine_precision(cls, data: Any) -> Any:
+        on_gpu = isinstance(data, dict) and not str(data.get("device", "cpu")).startswith("cpu")
+        return resolve_key(data, "precision", "encoder", on_gpu, "fp32")
 
     @classmethod
     def e5(cls, model: str = "intfloat/e5-base-v2", **kwargs) -> EncoderConfig:

@@ -20,15 +20,16 @@ present, else on the CPU. The batch is real text in a training step's shape:
 Each of `--questions` questions has `--group` samples that share the prompt (a GRPO group) and differ
 in their responses. Each `--setting "learner.k=v,..."` measures the same batches with those learner
 keys over the config (a fresh learner in its own process each, the same seed); without one the
-config's settings run once. Per setting: seconds per update (the
+config's settings run once on a GPU, and on a CPU twice, `learner.dtype=bf16` then `learner.dtype=fp32`
+(bf16 is emulated on CPUs without bf16 instructions: `configs.cpu_features`). Per setting: seconds per update (the
 median after the first, a warm-up), sequence tokens the forward passes ran over, policy tokens, model
 FLOPs of that work over seconds (MFU against this machine's measured matmul peak in the training
 dtype, or the GPU's dense bf16 peak given by `--peak-tflops`), and peak memory during the updates
 (CUDA: allocator peak; CPU: the process's resident set). `--memory-gib` caps the CUDA allocator (to ask
 whether a shape fits a smaller GPU); a setting that fails (out of memory, say) is reported with its error
 and the others still run. Ends with one line:
-`learner local (<model>, <shape>, …): <setting>: update_s=… sequence_tokens=… mfu=… peak_gib=…; … speedup=…`
-(the first setting's seconds over the last's).
+`learner local (<model>, <shape>, …, <device: the CPU's instruction sets>): <setting>: dtype=… update_s=…
+sequence_tokens=… mfu=… peak_gib=…; … speedup=…` (the first setting's seconds over the last's).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from configs.cpu_features import host_cpu
 
 
 def main_shape_trajectories(cfg, tokenizer, questions: int, group: int, seed: int = 0) -> list[dict]:
@@ -278,6 +281,12 @@ def _run_setting(cfg, learner_cfg, batch, args, profile: str | None = None) -> d
         return {"error": f"{type(e).__name__}: {first[:300]}"}
 
 
+CPU_DTYPE_SETTINGS: dict[str, dict[str, Any]] = {"learner.dtype=bf16": {"dtype": "bf16"},
+                                                 "learner.dtype=fp32": {"dtype": "fp32"}}
+"""What a CPU run without `--setting` measures: bf16 and fp32 side by side (bf16 is 27x slower than fp32 where the
+CPU emulates it, `configs.cpu_features`)."""
+
+
 def run_local(args, cfg) -> dict:
     """The benchmark of the module docstring; returns the summary written to `--out` (rewritten after
     every setting, so a run stopped part-way keeps what it measured)."""
@@ -289,9 +298,18 @@ def run_local(args, cfg) -> dict:
     update = {"mini_batch_size": batch.size, "num_ranks": 1}
     if torch.cuda.is_available() and cfg.learner.gpus_per_rank == 0 and args.cuda:
         update["gpus_per_rank"] = 1.0
-    settings = {text or "config": parse_setting(text) for text in args.setting} or {"config": {}}
     device = "cuda" if update.get("gpus_per_rank", cfg.learner.gpus_per_rank) > 0 and torch.cuda.is_available() else "cpu"
-    peak = args.peak_tflops * 1e12 if device == "cuda" else matmul_peak_flops(cfg.learner.dtype)
+    settings = {text or "config": parse_setting(text) for text in args.setting} or (
+        CPU_DTYPE_SETTINGS if device == "cpu" else {"config": {}})
+    peaks: dict[str, float] = {}  # dtype -> the measured matmul peak (CPU) or --peak-tflops (GPU)
+
+    def peak_of(dtype: str) -> float:
+        if dtype not in peaks:
+            peaks[dtype] = args.peak_tflops * 1e12 if device == "cuda" else matmul_peak_flops(
+                dtype, size=2048 if dtype == "fp32" or host_cpu().native_bf16 else 512)  # emulated bf16: ~1 GFLOP/s
+        return peaks[dtype]
+
+    peak = peak_of(cfg.learner.dtype)
     summary = {"model": cfg.learner.model, "shape": args.shape, "questions": args.questions, "group": args.group,
                "sequences": batch.size, "prompt_columns": batch.prompt_len, "response_columns": batch.response_len,
                "unpacked_tokens": int(batch.attention_mask.sum()), "dtype": cfg.learner.dtype,
@@ -314,7 +332,9 @@ def run_local(args, cfg) -> dict:
             s = r.pop("flops_model")
             r["model_flops"] = update_flops(s["decoder_params"], s["hidden"], s["vocab"], int(r["sequence_tokens"]),
                                             int(r["policy_tokens"]))
-            r["mfu"] = r["model_flops"] / r["update_s"] / peak
+            r["dtype"] = learner_cfg.dtype
+            r["peak_flops"] = peak_of(learner_cfg.dtype)
+            r["mfu"] = r["model_flops"] / r["update_s"] / r["peak_flops"]
             r["tokens_per_s"] = r["sequence_tokens"] / r["update_s"]
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(summary, indent=2))
@@ -323,10 +343,12 @@ def run_local(args, cfg) -> dict:
         if "error" in r:
             parts.append(f"{name}: error={r['error'].split(':')[0]}")
             continue
-        parts.append(f"{name}: update_s={r['update_s']:.3g} sequence_tokens={r['sequence_tokens']:.0f} "
+        parts.append(f"{name}: dtype={r['dtype']} update_s={r['update_s']:.3g} sequence_tokens={r['sequence_tokens']:.0f} "
                      f"mfu={r['mfu']:.3g} peak_gib={r['peak_bytes'] / 2**30:.2f}")
     done = [r for r in results.values() if "error" not in r]
     speedup = f" speedup={done[0]['update_s'] / done[-1]['update_s']:.2f}x" if len(done) > 1 else ""
-    print(f"learner local ({cfg.learner.model}, {args.shape}, {args.questions}x{args.group}, {device}): "
+    where = device if device == "cuda" else f"cpu {'+'.join(host_cpu().isa_names()) or 'no-AVX2'}" + (
+        "" if host_cpu().native_bf16 else " (bf16 emulated)")
+    print(f"learner local ({cfg.learner.model}, {args.shape}, {args.questions}x{args.group}, {where}): "
           + "; ".join(parts) + speedup, flush=True)
     return summary

@@ -1,6 +1,7 @@
 """Benchmark the async agent loop against the seed papers' turn-synchronous loop.
 
-    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.bench_rollout [--questions 16] [--recipe search_r1] [key=value ...]
+    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.bench_rollout [--questions 16] [--recipe search_r1]
+        [--dtypes bf16,fp32] [key=value ...]
 
 Same engine (vLLM; the CPU build here), model (Gemma 3 270M base), questions (the pack's dev
 split) and retrieval pool (the config's index, built first when missing), measured in one run:
@@ -14,8 +15,11 @@ split) and retrieval pool (the config's index, built first when missing), measur
 Runs go in ABCCBA order against drift. Sampling is seeded per (question, sample, turn), so every
 run samples the same tokens (same work: only the scheduling differs; `same_trajectories` reports
 whether the runs' responses were identical) and the prefix cache is emptied before each run. `tokens_after_stop` counts tokens the async run generated after
-the token that completed a stop string (0 = nothing wasted). Writes JSON (--out) and ends with:
-`rollout: async_eps_per_s=<x> sync_eps_per_s=<y> speedup=<x/y> tokens_after_stop=<n>`.
+the token that completed a stop string (0 = nothing wasted). Each engine dtype of `--dtypes` (default bf16 then fp32: bf16 is emulated on CPUs without bf16
+instructions, `configs.cpu_features`) is measured this way with an engine of its own. Writes JSON
+(--out) and ends with one line per dtype,
+`rollout: dtype=<d> cpu=<instruction sets> async_eps_per_s=<x> sync_eps_per_s=<y> speedup=<x/y> tokens_after_stop=<n>`,
+and with two dtypes `rollout dtypes: <first>/<second> async episodes/s ratio=<r>`.
 """
 
 from __future__ import annotations
@@ -63,19 +67,22 @@ async def measure(loop, examples, mode: str) -> tuple[float, list]:
     return time.perf_counter() - t, trajs
 
 
-async def bench(cfg, args) -> dict:
-    """Start the pool and engine, warm up, run the modes in ABCCBA order and return the result: episodes/s
-    per mode, `speedup` (async / sync), `speedup_over_barrier`, `tokens_after_stop`, `same_trajectories`, runs."""
+async def bench(cfg, args, dtype: str) -> dict:
+    """Start the pool and an engine in `dtype` ("bf16", "fp32" or "checkpoint"), warm up, run the modes in ABCCBA
+    order and return the result: episodes/s per mode, `speedup` (async / sync), `speedup_over_barrier`,
+    `tokens_after_stop`, `same_trajectories`, runs."""
     from actors.engines.base import Sampling
     from actors.engines.spec import EngineSpec, make_engine
     from actors.retrieval.pool import start_retrieval_pool
+    from configs.dtype_choice import ENGINE_DTYPES
     from actors.rollout.agent_loop import AgentLoop, RolloutLimits, pool_searcher
     from pipelines.data import iter_qa, pack_file
     from recipes import get_recipe
 
     examples = list(iter_qa(pack_file(cfg.data.dev, cfg.data.dir), limit=args.questions))
     pool = start_retrieval_pool(cfg.index.dir, cfg.retrieval)
-    engine = make_engine(EngineSpec(backend=args.backend, model=args.model, max_model_len=4096))
+    engine = make_engine(EngineSpec(backend=args.backend, model=args.model, max_model_len=4096,
+                                    dtype=ENGINE_DTYPES[dtype]))
     try:
         recipe = get_recipe(args.recipe, max_turns=args.max_turns)
         limits = RolloutLimits(max_new_tokens_per_turn=args.max_new_tokens, max_total_tokens=4096)
@@ -100,7 +107,7 @@ async def bench(cfg, args) -> dict:
                     tokens_after_stop(engine.tokenizer, t.to_json(), recipe.stop_strings) for t in trajs
                 )
             runs.setdefault(mode, []).append(run)
-            print(f"{mode}: {seconds:.1f} s, {run['episodes_per_s']:.3f} episodes/s, "
+            print(f"{dtype} {mode}: {seconds:.1f} s, {run['episodes_per_s']:.3f} episodes/s, "
                   f"{run['turns_per_episode']:.2f} turns/episode, {run['kept_tokens']} kept + "
                   f"{run['wasted_tokens']} cut tokens", flush=True)
     finally:
@@ -114,7 +121,7 @@ async def bench(cfg, args) -> dict:
             "sync_barrier_eps_per_s": eps["sync_barrier"], "speedup_over_barrier": eps["async"] / eps["sync_barrier"],
             "tokens_after_stop": sum(r["tokens_after_stop"] for r in runs["async"]),
             "same_trajectories": len(responses) == 1,
-            "questions": len(examples), "recipe": args.recipe, "max_new_tokens": args.max_new_tokens, "runs": runs}
+            "dtype": dtype, "questions": len(examples), "recipe": args.recipe, "max_new_tokens": args.max_new_tokens, "runs": runs}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -129,8 +136,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--backend", default="vllm", choices=["vllm", "hf"])
     parser.add_argument("--max-turns", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=256, help="tokens per turn at most (Search-R1: 500)")
+    parser.add_argument("--dtypes", default="bf16,fp32",
+                        help="engine dtypes to measure, in order (bf16, fp32, checkpoint; default: %(default)s)")
     parser.add_argument("--out", default="runs/bench_rollout.json")
     args, cfg = parse_config(parser, argv)
+    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    if not dtypes or any(d not in ("bf16", "fp32", "checkpoint") for d in dtypes):
+        parser.error(f"--dtypes {args.dtypes!r}: a comma-separated list of bf16, fp32, checkpoint")
+    from configs.cpu_features import host_cpu
     from cluster.ray_init import init_ray
     from pipelines.build_index import ensure_index
 
@@ -138,18 +151,26 @@ def main(argv: list[str] | None = None) -> None:
         started = init_ray(cfg.ray)
         try:
             ensure_index(cfg)  # built (resuming) when missing
-            result = asyncio.run(bench(cfg, args))
+            results = {d: asyncio.run(bench(cfg, args, d)) for d in dtypes}
         finally:
             if started:
                 import ray
 
                 ray.shutdown()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
-    print(f"async vs barrier only (stop strings in both): {result['speedup_over_barrier']:.2f}x; "
-          f"identical trajectories in every run: {result['same_trajectories']}")
-    print(f"rollout: async_eps_per_s={result['async_eps_per_s']:.4f} sync_eps_per_s={result['sync_eps_per_s']:.4f} "
-          f"speedup={result['speedup']:.2f} tokens_after_stop={result['tokens_after_stop']}")
+    cpu = host_cpu()
+    isas = "+".join(cpu.isa_names()) + ("" if cpu.native_bf16 else "(bf16-emulated)")
+    Path(args.out).write_text(json.dumps({"cpu": cpu.describe(), "dtypes": results}, indent=2))
+    for dtype, result in results.items():
+        print(f"{dtype}: async vs barrier only (stop strings in both): {result['speedup_over_barrier']:.2f}x; "
+              f"identical trajectories in every run: {result['same_trajectories']}")
+    for dtype, result in results.items():
+        print(f"rollout: dtype={dtype} cpu={isas} async_eps_per_s={result['async_eps_per_s']:.4f} "
+              f"sync_eps_per_s={result['sync_eps_per_s']:.4f} speedup={result['speedup']:.2f} "
+              f"tokens_after_stop={result['tokens_after_stop']}")
+    if len(results) == 2:
+        (a, ra), (b, rb) = results.items()
+        print(f"rollout dtypes: {a}/{b} async episodes/s ratio={ra['async_eps_per_s'] / rb['async_eps_per_s']:.2f}")
 
 
 if __name__ == "__main__":

@@ -105,3 +105,11 @@ def serve_until_interrupted(lines: list[str]) -> int:
     except KeyboardInterrupt:
         print("stopping", file=sys.stderr)
         return 0
+
+
+def announce_machine(cfg: Config) -> None:
+    """Print the CPU's instruction sets and each role's resolved dtype (`configs.dtype_choice.machine_line`):
+    the first line of `scripts.main`, `scripts.train`, `scripts.evaluate` and `scripts.serve`."""
+    from configs.dtype_choice import machine_line
+
+    print(machine_line(cfg), flush=True)

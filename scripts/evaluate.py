@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from scripts.cli import parse_config, user_errors
+from scripts.cli import announce_machine, parse_config, user_errors
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--methods", default="direct,naive_rag,policy",
                         help="comma-separated: direct, naive_rag, policy, untrained (default: %(default)s)")
     args, cfg = parse_config(parser, argv)
+    announce_machine(cfg)
     from pipelines.evaluate import EvaluationError, evaluate, format_markdown
 
     with user_errors():

@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from scripts.cli import parse_config, user_errors
+from scripts.cli import announce_machine, parse_config, user_errors
 
 DEFAULT_CONFIG = "configs/main_cpu.yaml"  # s3 searcher, F1 gain over naive RAG, learnable questions (docs/main-job.md)
 EVAL_METHODS = ("direct", "naive_rag", "policy", "untrained")  # the trained searcher against the same model untrained
@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-limit", type=int, default=128,
                         help="test questions to evaluate on (count; a seeded sample spread over the datasets)")
     args, cfg = parse_config(parser, argv, default_config=DEFAULT_CONFIG, resume=True)
+    announce_machine(cfg)
     from cluster.ray_init import init_ray, shutdown_local_ray
     from cluster.roles import ResourceFitError
     from pipelines.build_index import ensure_index

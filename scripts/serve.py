@@ -18,7 +18,7 @@ import signal
 import sys
 import time
 
-from scripts.cli import parse_config, serve_until_interrupted, sigterm_as_interrupt, user_errors
+from scripts.cli import announce_machine, parse_config, serve_until_interrupted, sigterm_as_interrupt, user_errors
 
 
 def _checkpoint_arg(argv: list[str] | None) -> tuple[str | None, str | None]:
@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: serve `--checkpoint PATH` until Ctrl-C or SIGTERM (exit 2: bad checkpoint, config or index)."""
     parser = argparse.ArgumentParser(prog="python -m scripts.serve", description=__doc__.splitlines()[0])
     _, served, cfg = served_config(parser, argv)
+    announce_machine(cfg)
     from cluster.ray_init import init_ray
     from pipelines.build_index import ensure_index
     from serving.launch import start_app, stop_app

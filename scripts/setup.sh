@@ -25,8 +25,11 @@ esac
 
 stamp=.venv/.searchrl-installed
 want="$variant $(cat "${reqs[@]}" | sha256sum | cut -c1-16)"
+# The CPU and what `auto` dtypes become on it (configs/dtype_choice.py): bf16 only where the CPU has bf16 instructions.
+cpu_line() { .venv/bin/python -c "from configs.dtype_choice import machine_line; print('setup:', machine_line())" || true; }
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x .venv/bin/python ]; then
   echo "setup: .venv is up to date ($variant)"
+  cpu_line
   exit 0
 fi
 
@@ -47,3 +50,4 @@ fi
 "${pip[@]}" install -qq --no-deps -r requirements-nodeps.txt
 .venv/bin/python -c "import torch, ray, faiss, sentence_transformers, pyarrow, bm25s, pydantic; print('setup: ok, torch', torch.__version__, 'ray', ray.__version__, 'faiss', faiss.__version__)"
 echo "$want" > "$stamp"
+cpu_line

@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from scripts.cli import parse_config, user_errors
+from scripts.cli import announce_machine, parse_config, user_errors
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (logs only)")
     args, cfg = parse_config(parser, argv, resume=True)
+    announce_machine(cfg)
     from cluster.roles import ResourceFitError
     from pipelines.tracking import REWARD_CURVE
     from pipelines.train import TrainConfigError, TrainingStopped, train

@@ -9,6 +9,7 @@ import pytest
 from actors.retrieval.encoder import EncoderSpec
 from actors.retrieval.index_store import IndexFormatError
 from configs import load_config
+from configs.dtype_choice import auto_dtype
 from pipelines.build_index import _check_resume, length_sorted_blocks, param_differences
 from tests.conftest import REPO_ROOT
 
@@ -56,7 +57,8 @@ def test_resuming_with_another_backend_is_refused(tmp_path):
 def test_cpu_config_builds_with_openvino_and_gpu_config_with_torch():
     cpu = load_config(REPO_ROOT / "configs" / "retrieval_cpu.yaml")
     gpu = load_config(REPO_ROOT / "configs" / "train_gpu.yaml")
-    assert (cpu.encoder.backend, cpu.encoder.precision) == ("openvino", "bf16")
+    # precision auto: bf16 kernels where the CPU has bf16 instructions (configs.dtype_choice)
+    assert (cpu.encoder.backend, cpu.encoder.precision) == ("openvino", auto_dtype(False, "fp32"))
     assert gpu.encoder.backend == "torch"
     back = load_config(REPO_ROOT / "configs" / "retrieval_cpu.yaml", ["encoder.backend=torch"])
     assert EncoderSpec.from_config(back.encoder).backend == "torch"

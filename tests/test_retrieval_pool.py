@@ -10,6 +10,7 @@ from actors.retrieval.encoder import EncoderSpec, TextEncoder
 from actors.retrieval.index_store import Manifest, load_shard_vectors
 from actors.retrieval.pool import start_retrieval_pool
 from actors.retrieval.shard import RetrievalRequestError, ShardSearcher, ShardUnavailableError, merge_topk, same_topk
+from configs.dtype_choice import auto_dtype
 from configs.schema import RetrievalConfig
 from pipelines.data import iter_qa, pack_file
 
@@ -59,7 +60,7 @@ def test_manifest_describes_the_build(small_index):
     assert m.num_docs == 600 and len(m.shards) == 2
     assert [s.count for s in m.shards] == [300, 300] and m.shards[1].start == 300
     assert m.dim == 384 and m.metric == "inner_product" and m.normalized
-    assert m.encoder["model"] == "all-MiniLM-L6-v2" and m.encoder["precision"] == "bf16"
+    assert m.encoder["model"] == "all-MiniLM-L6-v2" and m.encoder["precision"] == auto_dtype(False, "fp32")
     assert all(len(h) == 64 for s in m.shards for h in s.files.values())
 
 

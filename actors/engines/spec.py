@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from actors.engines.base import Engine
 from actors.engines.models import resolve_model
+from configs.dtype_choice import ENGINE_DTYPES
 
 Role = Literal["policy", "generator", "judge", "verifier"]
 ROLES: tuple[str, ...] = get_args(Role)
@@ -72,7 +73,8 @@ def engine_spec(cfg: Any, role: Role, model: str | None = None) -> EngineSpec:
     Args:
         role: "policy" (`rollout.*` engine settings, model `learner.model`), "generator" and
             "verifier" (`frozen.*`, model `frozen.model`), "judge" (`frozen.*`, model
-            `frozen.judge_model or frozen.model`).
+            `frozen.judge_model or frozen.model`). The dtype is the section's resolved `dtype`
+            (`configs.dtype_choice`; "checkpoint" = the weights' own).
         model: another model for the role (e.g. a checkpoint's `policy/hf` directory).
     Raises:
         ValueError: an unknown role.
@@ -82,13 +84,15 @@ def engine_spec(cfg: Any, role: Role, model: str | None = None) -> EngineSpec:
         return EngineSpec(backend=ro.backend, model=model or cfg.learner.model, max_model_len=ro.max_model_len,
                           seed=cfg.seed, gpu_memory_utilization=ro.gpu_memory_utilization,
                           cpu_kv_cache_gib=ro.cpu_kv_cache_gib, tensor_parallel_size=ro.tensor_parallel_size,
+                          dtype=ENGINE_DTYPES[ro.dtype],
                           weight_transfer="nccl" if cfg.learner.weight_sync == "nccl" else "none")
     if role not in ROLES:
         raise ValueError(f"engine role must be one of {ROLES}, got {role!r}")
     fr = cfg.frozen
     default = (fr.judge_model or fr.model) if role == "judge" else fr.model
     return EngineSpec(backend=fr.backend, model=model or default, max_model_len=fr.max_model_len, seed=cfg.seed,
-                      gpu_memory_utilization=fr.gpu_memory_utilization, cpu_kv_cache_gib=fr.cpu_kv_cache_gib)
+                      gpu_memory_utilization=fr.gpu_memory_utilization, cpu_kv_cache_gib=fr.cpu_kv_cache_gib,
+                      dtype=ENGINE_DTYPES[fr.dtype])
 
 
 def make_engine(spec: EngineSpec | Mapping[str, Any]) -> Engine:
