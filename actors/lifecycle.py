@@ -122,3 +122,28 @@ def get_within(refs: Any, timeout_s: float | None, what: str) -> Any:
 
 def _name(handle: Any) -> str:
     return repr(handle)  # Ray's repr names the class and the actor id
+
+
+def wait_restarted(handle: Any, timeout_s: float | None, what: str, poll_s: float = 1.0) -> Any:
+    """Wait until an actor answers `ready()`, also while Ray is restarting it (`max_restarts`): a call to a
+    restarting actor fails at once with `ActorUnavailableError` (seen in the chaos run: a weight sync sent to a
+    rollout worker killed 3 s earlier), so it is asked again every `poll_s` seconds.
+
+    Returns:
+        What `ready()` returned.
+    Raises:
+        RemoteTimeoutError: not ready within `timeout_s` seconds (None: no deadline); names `what`.
+        RayActorError: the actor died for good (no restarts left).
+    """
+    from ray.exceptions import ActorUnavailableError
+
+    t0 = time.monotonic()
+    while True:
+        left = None if timeout_s is None else timeout_s - (time.monotonic() - t0)
+        if left is not None and left <= 0:
+            raise RemoteTimeoutError(f"{what}: not ready after {time.monotonic() - t0:.0f} s (deadline "
+                                     f"{timeout_s:.0f} s, ray.call_timeout_s); see the actor's log")
+        try:
+            return get_within(handle.ready.remote(), left, what)
+        except ActorUnavailableError:
+            time.sleep(poll_s)

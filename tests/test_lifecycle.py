@@ -78,3 +78,39 @@ def test_remote_waits_have_a_deadline_naming_the_work(ray_local, tmp_path):
         assert get_within(fast.ready.remote(), 60.0, "fast") == 1
     finally:
         actors.stop(timeout_s=5)
+
+
+class _Restarting:
+    """A handle whose `ready` call Ray refuses `refusals` times (the actor is restarting), then answers."""
+
+    def __init__(self, refusals: int):
+        self.refusals, self.calls = refusals, 0
+        outer = self
+
+        class _Ready:
+            @staticmethod
+            def remote():
+                outer.calls += 1
+                return outer, outer.calls
+
+        self.ready = _Ready()
+
+
+def test_wait_restarted_asks_again_while_ray_restarts_the_actor(monkeypatch):
+    from ray.exceptions import ActorUnavailableError
+
+    import actors.lifecycle as lifecycle
+
+    handle = _Restarting(refusals=2)
+
+    def fake_get_within(ref, timeout_s, what):
+        actor, call = ref
+        if call <= actor.refusals:
+            raise ActorUnavailableError("The actor is restarting", None)
+        return "up"
+
+    monkeypatch.setattr(lifecycle, "get_within", fake_get_within)
+    assert lifecycle.wait_restarted(handle, 10.0, "worker", poll_s=0.01) == "up" and handle.calls == 3
+    never = _Restarting(refusals=10**9)
+    with pytest.raises(lifecycle.RemoteTimeoutError, match="worker: not ready after"):
+        lifecycle.wait_restarted(never, 0.05, "worker", poll_s=0.01)
