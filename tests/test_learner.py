@@ -16,6 +16,7 @@ import torch
 from actors.learner.batch import make_train_batch
 from actors.learner.token_stats import PolicyTokenStats
 from algorithms import AlgorithmConfig, gae, grpo_advantages, terminal_rewards
+from configs.cpu_features import host_cpu
 
 
 def synthetic_trajectories(n: int = 4, seed: int = 0) -> list[dict]:
@@ -468,8 +469,10 @@ def test_bench_learner_local_runs_without_ray(tiny_gemma_dir, data_dir, tmp_path
                         "--out", str(out), f"learner.model={tiny_gemma_dir}", f"data.dir={data_dir}",
                         "learner.micro_batch_size=3", "learner.dtype=fp32", "learner.shuffle=false"])
     line = capsys.readouterr().out.strip().splitlines()[-1]
-    assert line.startswith(f"learner local ({tiny_gemma_dir}, {shape}, 2x3, cpu): learner.shared_prefix=false: "
-                           "update_s=") and "; config: update_s=" in line and " speedup=" in line
+    cpu = host_cpu()  # the line names the CPU's instruction sets (issue #48)
+    where = f"cpu {'+'.join(cpu.isa_names()) or 'no-AVX2'}" + ("" if cpu.native_bf16 else " (bf16 emulated)")
+    assert line.startswith(f"learner local ({tiny_gemma_dir}, {shape}, 2x3, {where}): learner.shared_prefix=false: "
+                           "dtype=fp32 update_s=") and "; config: dtype=fp32 update_s=" in line and " speedup=" in line
     summary = json.loads(out.read_text())
     off, on = summary["results"]["learner.shared_prefix=false"], summary["results"]["config"]
     assert off["sequence_tokens"] == summary["unpacked_tokens"] and summary["sequences"] == 6
