@@ -35,8 +35,8 @@ def run_parts(workers: Sequence[Any], parts: Sequence[Sequence[Any]], submit: Ca
 
     When a worker's actor dies (Ray's `RayActorError` / `ActorUnavailableError`), its part goes to
     the live worker with the fewest parts in flight; when every worker has died, to the dead one
-    itself (Ray restarts it under `max_restarts` and queues the call), after `resync(worker)` gave
-    it the current weights. A part whose result is `stale(result)` (episodes sampled with older
+    itself (Ray restarts it under `max_restarts`; once it answers `ready()`, which a worker must have),
+    after `resync(worker)` gave it the current weights. A part whose result is `stale(result)` (episodes sampled with older
     weights: its worker died and restarted between calls, unseen) is re-run on the same worker after
     `resync`. Counts: "rollout_worker_deaths", "rollout_parts_rerun", "rollout_stale_parts".
 
@@ -53,7 +53,7 @@ def run_parts(workers: Sequence[Any], parts: Sequence[Sequence[Any]], submit: Ca
     import ray
     from ray.exceptions import ActorUnavailableError, RayActorError
 
-    from actors.lifecycle import RemoteTimeoutError
+    from actors.lifecycle import RemoteTimeoutError, wait_restarted
 
     if not workers:
         raise ValueError(f"{what}: no rollout workers")
@@ -104,6 +104,8 @@ def run_parts(workers: Sequence[Any], parts: Sequence[Sequence[Any]], submit: Ca
         log.warning("%s: worker %d died (%s); re-running its part (%d items) on worker %d", what, w, error,
                     len(parts[i]), target)
         if target in dead and resync is not None:
+            # Ray refuses calls to an actor it is still restarting (ActorUnavailableError): wait for it first.
+            wait_restarted(workers[target], left, f"{what}: restarted worker {target}")
             resync(workers[target])  # a restarted worker starts from the initial weights
             dead.discard(target)
         faults["rollout_parts_rerun"] += 1

@@ -27,7 +27,6 @@ from typing import Any
 
 import torch
 
-from actors.lifecycle import wait_restarted
 from configs.schema import Config
 from pipelines.checkpoints import STATE_FILE, last_checkpoint, save_rollouts
 from pipelines.graceful_stop import GracefulStop, StopRequested, TrainingStopped, stop_request
@@ -180,8 +179,7 @@ class Trainer:
             return worker.run.remote(part, self.cfg.train.recipe, recipe_config=recipe_options, n=n, sampling=sampling,
                                      limits=limits, chat=ro.chat, compute_reward=True)
 
-        def resync(worker: Any) -> None:  # a worker Ray is restarting refuses calls until it is up
-            wait_restarted(worker, self.cfg.ray.call_timeout_s, "restarted rollout worker")
+        def resync(worker: Any) -> None:  # run_parts waits until Ray has restarted the worker
             self.policy.sync_weights([worker], version=self.weight_version)
 
         results, faults = run_parts(self.workers, parts, submit, self.cfg.ray.call_timeout_s,

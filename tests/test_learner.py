@@ -121,7 +121,7 @@ def mean_logprob_change(before, after, mask):
     return ((after - before) * mask).sum(1) / mask.sum(1)
 
 
-@pytest.fixture(scope="module", params=["tiny", "gemma3-270m"])
+@pytest.fixture(scope="module", params=["tiny", pytest.param("gemma3-270m", marks=pytest.mark.heavy)])
 def policy_case(request, tiny_gemma_dir, gemma_dir, data_dir):
     """(learner config, batch): the tiny model on synthetic tokens, and the Gemma 3 270M policy on
     real text (Search-R1 prompts of dev questions, responses of policy text and retrieved passages)."""
@@ -347,6 +347,7 @@ def test_update_flops_counts_decoder_on_all_tokens_and_head_on_policy_tokens(tin
         update_flops(-1, 64, 1000, 10, 4)
 
 
+@pytest.mark.heavy
 def test_bench_learner_prints_mfu_before_and_after(ray_local, tiny_gemma_dir, tmp_path, capsys):
     """`scripts.bench_learner` times both ways of a step in one run and prints their MFU ratio."""
     from scripts import bench_learner

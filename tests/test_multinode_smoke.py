@@ -26,6 +26,7 @@ def test_placement_names_nodes_and_roles():
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_multinode_smoke_trains_on_two_nodes(tmp_path, capsys):
     from scripts.multinode_smoke import main
 

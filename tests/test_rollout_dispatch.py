@@ -62,6 +62,9 @@ class FlakyWorker:
         self.version = version
         return version
 
+    def ready(self) -> int:
+        return self.version
+
 
 @pytest.mark.slow
 def test_dead_worker_part_reruns_on_live_worker(ray_local, tmp_path):

@@ -125,6 +125,7 @@ def _max_weight_change(before_dir, after_file) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_two_steps_checkpoint_and_resume(ray_local, small_index, tiny_gemma_dir, tmp_path):
     from pipelines.checkpoints import last_checkpoint
     from pipelines.train import train

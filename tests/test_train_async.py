@@ -70,6 +70,7 @@ def test_staleness_counts_versions_behind_the_learner():
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_one_step_trains_the_same_questions_one_version_behind(ray_local, small_index, tiny_gemma_dir, tmp_path):
     from pipelines.train import train
 

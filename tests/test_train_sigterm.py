@@ -55,7 +55,8 @@ def _wait_for_step(run_root: Path, proc: subprocess.Popen, log: Path, timeout_s:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("async_mode", ["off", "one_step", "fully"])
+@pytest.mark.parametrize("async_mode", ["off", pytest.param("one_step", marks=pytest.mark.heavy),
+                                        pytest.param("fully", marks=pytest.mark.heavy)])
 def test_sigterm_checkpoints_stops_and_resumes(small_index, tiny_gemma_dir, tmp_path, async_mode):
     """In every `train.async_mode`: a rollout running ahead (one_step) or groups in flight (fully) do not
     hold the stop up, and the resumed run trains each scheduled (question, sample) once."""
@@ -104,6 +105,7 @@ def _step_questions(run_dir: Path, step: int) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_sigkill_then_resume_continues_in_the_same_data_order(small_index, tiny_gemma_dir, tmp_path):
     """SIGKILL of the driver and everything it started (its process group, the local Ray cluster
     included: a lost node), then `--resume`: the run ends with every step's metrics, and each step's
