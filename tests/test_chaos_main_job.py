@@ -20,10 +20,16 @@ REPO = Path(__file__).resolve().parents[1]
 def test_chaos_runs_on_the_main_job_index(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "WANDB_SERVICE")}
     index = tmp_path / "bm25-1"  # the main job's index (configs/main_cpu.yaml), built by the driver here
-    out = subprocess.run([sys.executable, "-m", "scripts.chaos", "--config", "configs/main_cpu.yaml", "--steps", "2",
-                          "--work-dir", str(tmp_path / "chaos"), f"index.dir={index}"],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert "lost=0 duplicated=0 resumed_same_order=true" in out.stdout
-    assert "kills=shard:1,rollout:1,frozen:1,learner:1,driver:1" in out.stdout
+    proc = subprocess.Popen([sys.executable, "-m", "scripts.chaos", "--config", "configs/main_cpu.yaml", "--steps", "2",
+                             "--work-dir", str(tmp_path / "chaos"), f"index.dir={index}"],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=1800)
+    except BaseException:  # a timeout (pytest's or ours): SIGTERM lets chaos stop its Ray cluster and engines
+        proc.terminate()
+        proc.communicate(timeout=300)
+        raise
+    assert proc.returncode == 0, stdout[-3000:] + stderr[-3000:]
+    assert "lost=0 duplicated=0 resumed_same_order=true" in stdout
+    assert "kills=shard:1,rollout:1,frozen:1,learner:1,driver:1" in stdout
     assert (index / "manifest.json").is_file()
