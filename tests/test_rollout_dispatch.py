@@ -145,4 +145,6 @@ def test_scoring_call_is_retried_through_a_frozen_llm_restart(ray_local, tmp_pat
     generator = type("Handle", (), {"generate_answer": Method()})()
     scorer = ActorScorer(generator, backoff_s=0.2, on_retry=lambda: retries.append(1))
     assert scorer.generate_answer("q?", "docs") == "answer to q?"
-    assert retries == [1]
+    # the first call dies with the actor; while Ray restarts it a retry can meet ActorUnavailableError
+    # once more (CI saw two retries), so the count depends on the restart's time, within the budget
+    assert 1 <= len(retries) <= scorer.retries

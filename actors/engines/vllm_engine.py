@@ -61,6 +61,7 @@ from actors.engines.vllm_weight_transfer import (  # noqa: F401 - re-exported
     weight_transfer_init_request,
     weight_transfer_update_request,
 )
+from actors.learner.shm import remove_unmapped, segments_mapped_by
 
 _LAYER_RE = re.compile(r"^(.*\.layers\.\d+)\.")
 
@@ -212,11 +213,13 @@ class VLLMEngine(NcclWeightTransfer):
         self.bucket_bytes = bucket_bytes
         self.tokenizer = AutoTokenizer.from_pretrained(model)
         self.weight_version = 0
+        before = _child_pids()
         with contextlib.ExitStack() as spawn_env:
             if self.on_cpu:  # what the engine's processes start with (this process's env comes back after)
                 spawn_env.enter_context(engine_preload())
                 spawn_env.enter_context(engine_onednn_cache())
             self._engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
+        self._engine_pids = sorted(_child_pids() - before)  # engine core and workers: their /dev/shm is ours
         model_config = self._engine.model_config
         self.model_dtype = model_config.dtype
         self.vocab_size = model_config.get_vocab_size()
@@ -410,7 +413,32 @@ class VLLMEngine(NcclWeightTransfer):
             return
         self._closed = True
         engine, self._engine = self._engine, None
+        segments = segments_mapped_by(self._engine_pids)
         await asyncio.to_thread(engine.shutdown)
+        # vLLM force-kills an engine core that does not exit in time; its message-queue segments
+        # (psm_*, 160-250 MB) then stay in /dev/shm. Remove the ones no live process maps any more.
+        await asyncio.to_thread(_wait_gone, self._engine_pids, 15.0)
+        remove_unmapped(segments)
         # AsyncLLM.__del__ calls shutdown again; let it run now, not at interpreter exit where
         # vLLM's module globals are already gone (a noisy TypeError).
         del engine
+
+
+def _child_pids() -> set[int]:
+    """This process's descendants (pids)."""
+    import psutil
+
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def _wait_gone(pids: list[int], timeout_s: float) -> None:
+    """Wait up to `timeout_s` seconds for the processes `pids` to exit (not this process's resource tracker)."""
+    import psutil
+
+    procs = []
+    for pid in pids:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p = psutil.Process(pid)
+            if "resource_tracker" not in " ".join(p.cmdline()):
+                procs.append(p)
+    psutil.wait_procs(procs, timeout=timeout_s)

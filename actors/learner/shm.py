@@ -39,6 +39,38 @@ def mapped_shm_files(shm_dir: str = "/dev/shm") -> set[str]:
     return used
 
 
+def segments_mapped_by(pids: list[int], shm_dir: str = "/dev/shm") -> set[str]:
+    """Paths under `shm_dir` that the processes `pids` map now (not yet unlinked); unreadable or gone
+    processes give none."""
+    prefix = str(Path(shm_dir)) + "/"
+    found: set[str] = set()
+    for pid in pids:
+        try:
+            lines = Path(f"/proc/{pid}/maps").read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            path = line.split(None, 5)[-1] if line.count(" ") >= 5 else ""
+            if path.startswith(prefix) and not path.endswith("(deleted)"):
+                found.add(path)
+    return found
+
+
+def remove_unmapped(paths: set[str], shm_dir: str = "/dev/shm") -> list[str]:
+    """Delete those of `paths` that still exist and that no live process maps or holds open (what a
+    force-killed process left). Returns the removed paths."""
+    used, removed = mapped_shm_files(shm_dir), []
+    for f in sorted(paths - used):
+        try:
+            os.unlink(f)
+            removed.append(f)
+        except FileNotFoundError:
+            continue
+        except OSError:
+            continue
+    return removed
+
+
 def sweep_stale_shm(min_age_s: float = 60.0, shm_dir: str = "/dev/shm") -> list[str]:
     """Delete this user's vLLM / DeepSpeed shared-memory files that no live process maps or holds
     open and that are older than `min_age_s` seconds (a starting engine may not have mapped its
