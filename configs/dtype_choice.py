@@ -23,7 +23,7 @@ BF16_EMULATED_COST = ("on an AVX2-only AMD EPYC one update of the main job's sha
                       "15.2-16.5 s in fp32 (27x), and its main job made no step in 25 minutes")
 """What bf16 costs where it is emulated, as measured (issue #48, `../shared/CPU-STACK.md`)."""
 
-ENGINE_DTYPES: dict[str, str] = {"checkpoint": "auto", "bf16": "bfloat16", "fp32": "float32"}
+ENGINE_DTYPES: dict[str, str] = {"checkpoint": "checkpoint", "bf16": "bfloat16", "fp32": "float32"}
 """`rollout.dtype` / `frozen.dtype` value -> the engines' dtype name (`actors.engines.spec.EngineSpec.dtype`)."""
 
 cpu_features: Callable[[], CpuFeatures] = host_cpu
@@ -39,6 +39,19 @@ def auto_dtype(on_gpu: bool, gpu_choice: str, cpu: CpuFeatures | None = None) ->
     if on_gpu:
         return gpu_choice
     return "bf16" if (cpu or cpu_features()).native_bf16 else "fp32"
+
+
+def engine_load_dtype(dtype: str, on_gpu: bool, cpu: CpuFeatures | None = None) -> str:
+    """The dtype an engine loads its weights in, as vLLM and transformers name it, for `EngineSpec.dtype`:
+    "checkpoint" -> "auto" (the weights' own, always); "auto" -> the weights' own on a GPU and on a CPU with
+    bf16 instructions, "float32" on a CPU that emulates bf16 (a bf16 checkpoint there decodes several times
+    slower: issue #48's dev evaluation took 620 s against 168 s in fp32); a torch dtype name -> itself.
+    Resolved where the engine starts, so each node's CPU decides for its own engines."""
+    if dtype == "checkpoint":
+        return "auto"
+    if dtype != "auto" or on_gpu:
+        return dtype
+    return "auto" if (cpu or cpu_features()).native_bf16 else "float32"
 
 
 def warn_if_emulated(key: str, value: str, on_gpu: bool, cpu: CpuFeatures | None = None) -> None:

@@ -107,7 +107,7 @@ def test_resolved_dtypes_reach_every_engine_role(on_cpu):
     on_cpu(XEON)
     cfg = Config(frozen={"dtype": "checkpoint"})
     assert engine_spec(cfg, "policy").dtype == "bfloat16"
-    assert engine_spec(cfg, "judge").dtype == "auto"  # the checkpoint's own dtype (the engines' "auto")
+    assert engine_spec(cfg, "judge").dtype == "checkpoint"  # the weights' own dtype on any machine
     assert EncoderSpec.from_config(cfg.encoder).precision == "bf16"
 
 
@@ -161,3 +161,15 @@ def test_the_machine_line_names_the_cpu_and_each_role(on_cpu):
     assert line.endswith("dtypes: learner fp32, sync fp32, rollout fp32, frozen fp32, encoder fp32")
     on_cpu(XEON)
     assert machine_line().endswith("auto dtypes on CPU: bf16")
+
+
+def test_engines_load_auto_in_fp32_only_where_bf16_is_emulated(on_cpu):
+    from configs.dtype_choice import engine_load_dtype
+
+    on_cpu(EPYC)
+    assert engine_load_dtype("auto", on_gpu=False) == "float32"  # a bf16 checkpoint decodes slowly there
+    assert engine_load_dtype("auto", on_gpu=True) == "auto"
+    assert engine_load_dtype("checkpoint", on_gpu=False) == "auto"  # the weights' own, as asked
+    assert engine_load_dtype("bfloat16", on_gpu=False) == "bfloat16"
+    on_cpu(XEON)
+    assert engine_load_dtype("auto", on_gpu=False) == "auto"

@@ -430,7 +430,7 @@ class TestVLLMGemma270M:
         greedy = Sampling(max_tokens=8, temperature=0, stop=("\n",))
         g = loop.run_until_complete(engine.generate(ids, greedy))[0]
         assert g.text == " Paris\n" and g.finish_reason == "stop" and g.stop_reason == "\n"
-        hf = HFEngine(gemma_dir)
+        hf = HFEngine(gemma_dir, dtype=str(engine.model_dtype).removeprefix("torch."))  # the engine's (CPU's) dtype
         assert g.logprobs == pytest.approx(_teacher_forced_logprobs(hf, ids, g.token_ids, greedy), abs=0.1)
         s = Sampling(max_tokens=12, temperature=0.8, top_k=40, top_p=0.9, seed=11)
         g = loop.run_until_complete(engine.generate(ids, s))[0]

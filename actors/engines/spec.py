@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from actors.engines.base import Engine
 from actors.engines.models import resolve_model
-from configs.dtype_choice import ENGINE_DTYPES
+from configs.dtype_choice import ENGINE_DTYPES, engine_load_dtype
 
 Role = Literal["policy", "generator", "judge", "verifier"]
 ROLES: tuple[str, ...] = get_args(Role)
@@ -26,7 +26,9 @@ class EngineSpec(BaseModel):
     """What an engine is: backend, model and the options that decide its behaviour and memory.
 
     `max_model_len`: context length (tokens). `seed`: the engine's default sampling seed (requests
-    may carry their own). `dtype`: "auto" (the checkpoint's) or a torch dtype name.
+    may carry their own). `dtype`: "auto" (the checkpoint's, except float32 on a CPU without bf16
+    instructions: `configs.dtype_choice.engine_load_dtype`), "checkpoint" (the checkpoint's on any machine)
+    or a torch dtype name.
     `gpu_memory_utilization`: vLLM on GPU, fraction of GPU memory. `cpu_kv_cache_gib`: vLLM on
     CPU, KV cache size (GiB; None = 1). `tensor_parallel_size`: GPUs per vLLM engine.
     `weight_transfer`: "nccl" for the policy engines of `learner.weight_sync: nccl`. The
@@ -104,15 +106,18 @@ def make_engine(spec: EngineSpec | Mapping[str, Any]) -> Engine:
     Raises:
         pydantic.ValidationError: a bad spec. Plus whatever `resolve_model` and the backend raise.
     """
+    import torch
+
     spec = EngineSpec.of(spec)
     path = resolve_model(spec.model)
+    opts = spec.backend_options() | {"dtype": engine_load_dtype(spec.dtype, torch.cuda.is_available())}
     if spec.backend == "vllm":
         from actors.engines.vllm_engine import VLLMEngine
 
-        return VLLMEngine(path, **spec.backend_options())
+        return VLLMEngine(path, **opts)
     from actors.engines.hf_engine import HFEngine
 
-    return HFEngine(path, **spec.backend_options())
+    return HFEngine(path, **opts)
 
 
 class EngineHolder:
