@@ -21,15 +21,15 @@ functions through the ``ADVANTAGE_ESTIMATORS`` registry (:mod:`algorithms.regist
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable
 
 import torch
 from torch import Tensor
 
 from .kl import KLEstimator, kl_estimate
 from .masked import as_bool_mask, check_2d, check_same_shape, masked_whiten, zero_masked
+from .registry import GroupIds as GroupIds  # re-export: callers name it from here
 
-GroupIds = Sequence[Hashable] | Tensor
 
 
 # ----------------------------------------------------------------------------- helpers

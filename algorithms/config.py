@@ -93,8 +93,8 @@ class AlgorithmConfig(StrictModel):
         False,
         description="Leave groups whose advantages are all zero out of the policy update (no gradient: DAPO's "
         "dynamic-sampling filter, GRESO's skip); counted in actor/skipped_groups. The loss is then normalised over "
-        "the kept groups' tokens or sequences. Needs kl_coef = 0 (or kl_in_reward) and entropy_coef = 0: those "
-        "terms would still give the skipped groups a gradient.",
+        "the kept groups' tokens or sequences. A KL or entropy loss term applies to the kept groups only (a skipped "
+        "group leaves the update whole: DAPO's filter drops it before the loss).",
     )
     whiten_advantages: bool | None = Field(
         None,
@@ -161,13 +161,6 @@ class AlgorithmConfig(StrictModel):
             raise ValueError(
                 f"lam={self.lam} only applies to advantage_estimator='gae' (the estimator with a critic); "
                 f"set advantage_estimator='gae' or leave lam=1.0 for {self.advantage_estimator!r}"
-            )
-        if self.skip_zero_advantage and ((self.kl_coef > 0 and not self.kl_in_reward) or self.entropy_coef > 0):
-            raise ValueError(
-                f"skip_zero_advantage drops groups whose advantages are all zero, but the KL loss term (kl_coef="
-                f"{self.kl_coef}, kl_in_reward={self.kl_in_reward}) or the entropy term (entropy_coef="
-                f"{self.entropy_coef}) still gives them a gradient; set kl_coef=0 (or kl_in_reward=true) and "
-                f"entropy_coef=0, or skip_zero_advantage=false"
             )
         if self.norm_len is not None and self.loss_agg != "seq_mean_token_sum":
             raise ValueError(

@@ -35,13 +35,15 @@ The built-in entries are registered when :mod:`algorithms` is imported
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from torch import Tensor
 
+GroupIds = Sequence[Hashable] | Tensor
+"""Which prompt (GRPO group) each row of a batch answers: one hashable per row, or a `[B]` tensor."""
+
 if TYPE_CHECKING:
-    from .advantages import GroupIds
     from .config import AlgorithmConfig
 
 

@@ -65,22 +65,12 @@ def disarm() -> None:
         _armed = None
 
 
-def kill_processes(processes: list, timeout_s: float = 5.0) -> None:
-    """SIGKILL each `psutil.Process` still running and wait up to `timeout_s` for them to go."""
-    import psutil
-
-    for p in processes:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            continue
-    psutil.wait_procs(processes, timeout=timeout_s)
-
-
 def kill_children() -> list[int]:
     """SIGKILL every descendant process of this one (engines, a local Ray cluster's processes);
     returns their pids."""
     import psutil
+
+    from cluster.leftovers import kill_processes
 
     children = psutil.Process().children(recursive=True)
     kill_processes(children)

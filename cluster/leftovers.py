@@ -46,11 +46,21 @@ def leftovers(marker: str | None = None, descendants: bool = False) -> list:
     return out
 
 
+def kill_processes(processes: list, timeout_s: float = 5.0) -> None:
+    """SIGKILL each `psutil.Process` still running and wait up to `timeout_s` for them to go."""
+    import psutil
+
+    for p in processes:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            continue
+    psutil.wait_procs(processes, timeout=timeout_s)
+
+
 def kill_leftovers(grace_s: float = 5.0, marker: str | None = None) -> list[int]:
     """Wait up to `grace_s` seconds for the marked orphans to exit on their own, then SIGKILL the
     rest. Returns the pids killed."""
-    from cluster.exit_deadline import kill_processes
-
     deadline = time.monotonic() + grace_s
     while (alive := leftovers(marker)) and time.monotonic() < deadline:
         time.sleep(0.5)

@@ -238,7 +238,7 @@ class LocalCluster:
         """Stop the worker nodes, then the head, each by SIGTERM to its own `ray start --block`; kill
         (by pid) what is still alive after `timeout_s`; remove the temp dirs. Returns the cluster's
         processes still alive afterwards ("pid name"; [] when all are gone)."""
-        from cluster.exit_deadline import kill_processes
+        from cluster.leftovers import kill_processes
 
         try:
             self._remember()

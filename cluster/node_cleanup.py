@@ -1,5 +1,5 @@
 """Each node of the cluster sweeps its own leftovers: what killed vLLM engines and DeepSpeed ranks left
-in that node's /dev/shm (`actors.learner.shm.sweep_stale_shm`). A sweep on the driver's node alone
+in that node's /dev/shm (`cluster.shm.sweep_stale_shm`). A sweep on the driver's node alone
 misses every other node's files, and /dev/shm is memory: 160-250 MB per dead vLLM engine.
 """
 
@@ -13,7 +13,7 @@ log = logging.getLogger(__name__)
 def _sweep(min_age_s: float) -> tuple[str, list[str]]:
     import ray
 
-    from actors.learner.shm import sweep_stale_shm
+    from cluster.shm import sweep_stale_shm
 
     return ray.get_runtime_context().get_node_id(), sweep_stale_shm(min_age_s)
 

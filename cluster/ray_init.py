@@ -79,7 +79,7 @@ def abort_local_start() -> list[int]:
     exits they live on as orphans (seen: `ray::DashboardAgent`, `ray::RuntimeEnvAgent`). Returns the pids."""
     import ray
 
-    from cluster.exit_deadline import kill_processes
+    from cluster.leftovers import kill_processes
     from cluster.leftovers import MARKER, leftovers
 
     try:

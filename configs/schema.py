@@ -231,6 +231,11 @@ class FrozenLLMConfig(StrictModel):
     max_answer_tokens: int = Field(64, gt=0, description="Answer tokens at most.")
     cache_size: int = Field(100_000, ge=0, description="Answers each frozen LLM keeps (LRU by model and prompt; "
                             "entries, 0 = none): the same (question, documents) comes back across samples and epochs.")
+    answer_cache: str | None = Field(
+        "auto", description="Greedy answers on disk, shared by methods, runs and restarts on a node (SQLite; "
+        "actors/frozen/answer_store.py): keyed by the exact prompt tokens, the model's weight files, engine, dtype "
+        "and sampling settings, so a changed setting misses. 'auto' = $SEARCHRL_ANSWER_CACHE ('off': none) or "
+        "~/.cache/searchrl/frozen-answers.sqlite; a file path; null = off.")
     num_cpus: float = Field(1.0, ge=0, description="CPUs reserved per frozen LLM actor.")
     num_gpus: float = Field(0.0, ge=0, description="GPUs per frozen LLM actor.")
     gpu_memory_utilization: float = Field(0.3, gt=0, le=1, description="GPU only: vLLM's memory fraction.")
@@ -305,13 +310,21 @@ class WandbConfig(StrictModel):
 
 
 class WarmStart(StrictModel):
-    """Rejection-sampling fine-tuning before RL (STaR, Zelikman et al. 2022; RFT, Yuan et al. 2023): the
-    untrained policy's own episodes whose reward beats `min_reward` (s3's gain over naive RAG: above 0), one
-    supervised pass over their policy tokens, then the RL steps (`pipelines.warm_start`)."""
+    """Supervised fine-tuning before RL (`pipelines.warm_start`), on one of two sources: `policy`, rejection
+    sampling (STaR, Zelikman et al. 2022; RFT, Yuan et al. 2023): the untrained policy's own episodes whose reward
+    beats `min_reward` (s3's gain over naive RAG: above 0); or `expert`, the recipe's rule-based expert episodes
+    (`Recipe.expert_turn`: it knows the gold answers and demonstrates with what retrieval returns, e.g. s3 selects
+    the documents that hold a gold answer). Then supervised passes over their policy tokens, then the RL steps."""
 
+    source: Literal["policy", "expert"] = Field(
+        "policy", description="policy: the untrained policy's best episodes (rejection sampling); expert: the recipe's "
+        "expert demonstrations, one per question, in the recipe's own prompt, tags and tokenization (questions whose "
+        "gold answer retrieval never shows give none).")
     questions: int = Field(64, gt=0, description="Training questions rolled out for the warm start (a seeded sample).")
-    samples: int = Field(4, gt=0, description="Episodes per question, at rollout.temperature.")
-    min_reward: float = Field(0.0, description="Keep episodes whose reward is above this (s3: F1 gain over naive RAG).")
+    samples: int = Field(4, gt=0, description="Episodes per question, at rollout.temperature (source policy; the "
+                         "expert writes one).")
+    min_reward: float = Field(0.0, description="Keep episodes whose reward is above this (s3: F1 gain over naive RAG); "
+                              "source policy only: every expert demonstration is kept.")
     epochs: int = Field(1, gt=0, description="Supervised passes over the kept episodes.")
 
 

@@ -15,7 +15,7 @@ class EvaluationError(ValueError):
 
 
 
-METHODS = ("direct", "naive_rag", "policy", "untrained", "rstool")
+METHODS = ("direct", "naive_rag", "policy", "untrained", "warm_start", "rstool")
 """Known method names; see the module docstring."""
 
 DEFAULT_METHODS = ("direct", "naive_rag", "policy")
@@ -23,7 +23,7 @@ DEFAULT_METHODS = ("direct", "naive_rag", "policy")
 BASELINES = ("direct", "naive_rag")
 """Methods that are fixed baselines: the frozen generator (`frozen.model`) answers with the recipe of the
 same name, whatever the training recipe is and whether that recipe is trainable (`naive_rag` is, for
-`scripts.bench_peer`). Only `policy` and `untrained` run the training recipe on the policy model."""
+`scripts.bench_peer`). Only `policy`, `untrained` and `warm_start` run the training recipe on the policy model."""
 
 # ----------------------------------------------------------------------------- inputs
 
@@ -44,6 +44,26 @@ def _model_problem(d: Path) -> str | None:
     if not any((d / t).is_file() for t in _TOKENIZER):
         missing.append("a tokenizer (tokenizer.json / tokenizer_config.json)")
     return f"no {', '.join(missing)}" if missing else None
+
+
+def resolve_warm_start(path: str | Path) -> str:
+    """The warm-started policy of the run that `path` belongs to (`--methods warm_start`): `path` is a run
+    directory or one of its checkpoints; the model is `<run>/checkpoints/warm-start/policy/hf`
+    (`pipelines.warm_start.WARM_START_DIR`).
+
+    Raises:
+        EvaluationError: no such model (a run without `train.warm_start`, or not a run's path).
+    """
+    from pipelines.warm_start import WARM_START_DIR
+
+    p = Path(path).expanduser()
+    run = p if (p / "checkpoints").is_dir() else p.parent.parent if p.parent.name == "checkpoints" else p
+    model = run / WARM_START_DIR / "policy" / "hf"
+    problem = _model_problem(model)
+    if problem is not None:
+        raise EvaluationError(f"--methods warm_start: {model}: {problem}; pass --checkpoint a run directory (or one "
+                              "of its checkpoints) trained with train.warm_start, or drop warm_start")
+    return str(model.resolve())
 
 
 def resolve_checkpoint(path: str | Path) -> str:

@@ -136,7 +136,7 @@ def format_markdown(rows: Sequence[Mapping[str, Any]], title: str | None = None)
 CI_METRICS = ("em", "f1", "cover_em")
 """Metrics that get bootstrap intervals and paired differences (the rule metrics; GenAcc rests on a judge)."""
 
-PAIRS = (("policy", "untrained"), ("policy", "naive_rag"))
+PAIRS = (("policy", "untrained"), ("policy", "warm_start"), ("policy", "naive_rag"), ("warm_start", "untrained"))
 """Paired comparisons `a − b` written when both methods were evaluated: what training changed, and
 the trained searcher against retrieval without a searcher."""
 

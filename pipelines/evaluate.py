@@ -8,6 +8,8 @@ Methods (`methods=`, in this order in the tables):
 - `policy`: the trained searcher, recipe `train.recipe` (options `train.recipe_options`), weights
   from `checkpoint` (the untrained `learner.model` without one);
 - `untrained`: the same recipe on `learner.model` (the "before training" row);
+- `warm_start`: the same recipe on the run's warm-started policy (`train.warm_start`; the "warm start only"
+  row: `<run>/checkpoints/warm-start/policy/hf` of the `checkpoint` run);
 - `rstool`: R-Search-as-a-Tool (Fig. 2): the frozen generator answers from the `policy` episodes'
   evidence (recipes with an `evidence_prompt`; needs `policy` in the methods).
 
@@ -70,6 +72,7 @@ from pipelines.eval_inputs import (  # noqa: F401  (re-exported: callers import 
     mirage_examples,
     parse_methods,
     resolve_checkpoint,
+    resolve_warm_start,
 )
 from pipelines.eval_judges import acc_l_verdicts, rstool_records
 from pipelines.eval_rows import (
@@ -139,7 +142,10 @@ def plan_methods(cfg: Any, methods: Sequence[str], checkpoint: str | None) -> li
             # Chat as the frozen generator decides it (None = when its tokenizer has a template).
             plans.append(_Plan(m, m, {"topk": cfg.eval_topk}, gen_spec, gen_res, gen_limits, None))
         else:
-            model = policy_model if m == "policy" else cfg.learner.model
+            if m == "warm_start" and checkpoint is None:
+                raise EvaluationError("--methods warm_start: pass --checkpoint a run directory trained with "
+                                      "train.warm_start (its warm-started policy is the row)")
+            model = {"policy": policy_model, "untrained": cfg.learner.model}.get(m) or resolve_warm_start(checkpoint)
             plans.append(_Plan(m, cfg.train.recipe, recipe_options, engine_spec(cfg, "policy", model), pol_res,
                                pol_limits, ro.chat))
     return plans
@@ -153,6 +159,20 @@ def _same_run(a: _Plan, b: _Plan) -> bool:
 
 
 # ----------------------------------------------------------------------------- orchestration
+
+
+def method_timing(seconds: dict[str, float], questions: int) -> dict[str, dict[str, float]]:
+    """Per method: wall seconds of its episodes, generator answers and judging, and seconds per question
+    (engine start-up, shared by the methods of one engine, is left out; a method whose episodes were
+    reused from another costs only its judging)."""
+    n = max(questions, 1)
+    return {m: {"seconds": round(s, 2), "questions": questions, "s_per_question": round(s / n, 3)}
+            for m, s in seconds.items()}
+
+
+def timing_line(timing: dict[str, dict[str, float]]) -> str:
+    """One line: "seconds per question: direct 0.21, naive_rag 0.84, policy 3.10"."""
+    return "seconds per question: " + ", ".join(f"{m} {t['s_per_question']:.2f}" for m, t in timing.items())
 
 
 def _judge_flags(ray: Any, judge: Any, records: list[dict]) -> tuple[list[bool], list[bool | None]]:
@@ -232,7 +252,8 @@ def evaluate(
         qa_file: QA file path, or a data pack file name ("test.jsonl.gz").
         out_dir: created if missing; gets `config.yaml` (the resolved config), `results.json` (the rows,
             pooled rows with `ci` / `paired`: `add_intervals`), `results.md` (the table, the judge's
-            agreement line, then the intervals), `judge_agreement.json` (`judge_agreement`) and
+            agreement line, then the intervals), `judge_agreement.json` (`judge_agreement`), `timing.json`
+            (seconds per question of each method: `method_timing`) and
             `predictions.jsonl` (one line per method × question, with the judge's verdict and, for a
             searcher episode whose record carries them, its turns: `prediction_line`).
         checkpoint: the learner's checkpoint directory (with `policy/hf/`) or an HF model
@@ -295,6 +316,7 @@ def evaluate(
         for p in plans:
             groups.setdefault(json.dumps({**p.spec.model_dump(), **p.resources}, sort_keys=True), []).append(p)
         results: dict[str, list[dict]] = {}
+        seconds: dict[str, float] = {}  # per method: episodes, generator answers and judging (wall, s)
         for group in groups.values():
             t0, spec = time.perf_counter(), group[0].spec
             worker = actors.start(EvalWorker, spec, pool, **group[0].resources)
@@ -305,34 +327,40 @@ def evaluate(
                 same = next((q for q in plans if q.method in results and _same_run(p, q)), None)
                 if same is not None:  # seeded decoding: the same run gives the same episodes
                     results[p.method] = copy.deepcopy(results[same.method])
+                    seconds[p.method] = 0.0
                     log(f"{p.method}: same engine and recipe as {same.method}, its episodes reused")
                     continue
                 t0 = time.perf_counter()
                 results[p.method] = _run_chunks(ray, worker, p, examples, eval_sampling(cfg), progress)
-                log(f"{p.method}: episodes done in {time.perf_counter() - t0:.0f} s")
+                seconds[p.method] = time.perf_counter() - t0
+                log(f"{p.method}: episodes done in {seconds[p.method]:.0f} s")
             actors.stop([worker])
 
         # s3: the frozen generator answers from the searcher's final context (Fig. 12 prompt).
         for p in plans:
             if recipe_class(p.recipe).generator_answers:
-                recs = results[p.method]
+                t0, recs = time.perf_counter(), results[p.method]
                 answers = ray.get([generator.generate_answer.remote(r["question"], r["context"], ANSWER_PROMPT)
                                    for r in recs])
                 for r, a in zip(recs, answers):
                     r["answer"] = a
+                seconds[p.method] += time.perf_counter() - t0
 
         scored = [(p.method, p.recipe) for p in plans]
         if "rstool" in names:  # R-Search Fig. 2: the generator answers from the policy's evidence
+            t0 = time.perf_counter()
             results["rstool"] = rstool_records(ray, generator, results["policy"],
                                                recipe_class(cfg.train.recipe).evidence_prompt)
+            seconds["rstool"] = time.perf_counter() - t0
             scored.insert(scored.index(("policy", cfg.train.recipe)) + 1, ("rstool", cfg.train.recipe))
         rows_in: list[QARecord] = []
         judged: list[tuple[dict, bool | None]] = []
         with open(out / "predictions.jsonl", "w") as f:
             for method, recipe in scored:
-                recs = results[method]
+                t0, recs = time.perf_counter(), results[method]
                 flags, verdicts = _judge_flags(ray, judge, recs)
                 acc_l = acc_l_verdicts(ray, judge, recs) if cfg.eval.acc_l else [None] * len(recs)
+                seconds[method] = seconds.get(method, 0.0) + time.perf_counter() - t0
                 for r, flag, verdict, acc in zip(recs, flags, verdicts, acc_l):
                     rows_in.append(QARecord(method, r["dataset"], r["answer"], tuple(r["golden_answers"]),
                                             int(r["searches"]), flag, acc, qid=str(r.get("id", ""))))
@@ -361,6 +389,9 @@ def evaluate(
     save_config(cfg, out / "config.yaml")  # the resolved settings these numbers were measured with
     (out / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
     (out / "judge_agreement.json").write_text(json.dumps(agreement, indent=2) + "\n")
+    timing = method_timing(seconds, len(examples))
+    (out / "timing.json").write_text(json.dumps(timing, indent=2) + "\n")
+    log(timing_line(timing))
     md = format_markdown(rows, title) + f"\n{note}\n"  # the note right under the table, the intervals below
     intervals = format_intervals_markdown(rows)
     (out / "results.md").write_text(md + (f"\n{intervals}" if intervals else ""))

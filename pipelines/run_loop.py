@@ -51,7 +51,7 @@ def run_loop(trainer: Any, start_step: int, stop: GracefulStop | None = None) ->
     from tqdm import tqdm
 
     from actors.learner.group import LearnerRankError
-    from pipelines.train import total_steps
+    from pipelines.step_schedule import total_steps
 
     cfg, total, stop = trainer.cfg, total_steps(trainer.cfg), stop or GracefulStop()
     dev_due = set(dev_eval_steps(total, cfg.train.eval_every, start_step))

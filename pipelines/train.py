@@ -81,23 +81,37 @@ class Trainer:
     def start(self) -> None:
         """Create every actor (retrieval pool, frozen LLMs, learners, reference, rollout workers)."""
         from actors.frozen.worker import start_frozen_llm
-        from actors.learner.reference import ReferenceModel
         from actors.retrieval.pool import start_retrieval_pool
         from actors.rollout.worker import start_rollout_workers
         from cluster.roles import frozen_llm_count
 
-        cfg, actors, temperature = self.cfg, self.actors, self.cfg.rollout.temperature
+        cfg, actors = self.cfg, self.actors
         self.pool = actors.adopt(start_retrieval_pool(cfg.index.dir, cfg.retrieval))
         n_frozen = frozen_llm_count(cfg)  # the same count the resource plan reserved CPUs/GPUs for
         frozen = [start_frozen_llm(actors, cfg, role) for role in ("generator", "judge")[:n_frozen]]
         generator, judge = (frozen + frozen)[:2] if frozen else (None, None)  # one actor judges too
         self.start_learners()
         if cfg.algorithm.kl_coef > 0:  # frozen and stateless: a restart reloads it
-            self.reference = actors.start(ReferenceModel, cfg.learner, temperature=temperature, max_concurrency=None,
-                                          num_cpus=cfg.learner.cpus_per_rank, num_gpus=cfg.learner.gpus_per_rank,
-                                          options={"max_restarts": cfg.ray.max_restarts})
+            self.start_reference()
         self.workers = start_rollout_workers(actors, cfg, self.pool, generator, judge)
         actors.wait_ready(self.workers + frozen, timeout_s=1800, what="rollout workers and frozen LLMs")
+
+    def start_reference(self) -> None:
+        """(Re)start the reference model actor: `learner.reference_model`, else the run's warm-started policy
+        when it has one (the KL then anchors RL to the warm start, not to the base model; a resumed run finds
+        it in its folder), else the policy's starting model. A running one is stopped first."""
+        from actors.learner.reference import ReferenceModel
+        from pipelines.warm_start import WARM_START_DIR
+
+        cfg, learner = self.cfg, self.cfg.learner
+        warm = self.run_dir / WARM_START_DIR / "policy" / "hf"
+        if learner.reference_model is None and (warm / "config.json").is_file():
+            learner = learner.model_copy(update={"reference_model": str(warm)})
+        if self.reference is not None:
+            self.actors.stop([self.reference])
+        self.reference = self.actors.start(
+            ReferenceModel, learner, temperature=cfg.rollout.temperature, max_concurrency=None,
+            num_cpus=learner.cpus_per_rank, num_gpus=learner.gpus_per_rank, options={"max_restarts": cfg.ray.max_restarts})
 
     def start_learners(self) -> None:
         """Create the policy group (and the critic's for PPO) on fresh placement groups."""
@@ -159,9 +173,10 @@ class Trainer:
 
     # -- one step ---------------------------------------------------------------------------------------
     def rollout(self, examples: Sequence[dict], recipe_options: dict, n: int, temperature: float,
-                seed: int) -> list[dict]:
+                seed: int, expert: bool = False) -> list[dict]:
         """Episodes of every example on the workers (examples split evenly); trajectories as dicts.
         A dead worker's part is re-run (`pipelines.rollout_dispatch`): each (question, sample) once.
+        `expert`: the recipe's expert writes the turns (warm-start demonstrations, `AgentLoop`).
 
         Raises:
             RemoteTimeoutError: the workers did not finish within `ray.call_timeout_s`.
@@ -177,7 +192,7 @@ class Trainer:
 
         def submit(worker: Any, part: list[dict]) -> Any:
             return worker.run.remote(part, self.cfg.train.recipe, recipe_config=recipe_options, n=n, sampling=sampling,
-                                     limits=limits, chat=ro.chat, compute_reward=True)
+                                     limits=limits, chat=ro.chat, compute_reward=True, expert=expert)
 
         def resync(worker: Any) -> None:  # run_parts waits until Ray has restarted the worker
             self.policy.sync_weights([worker], version=self.weight_version)
@@ -380,7 +395,7 @@ class Trainer:
         """Stop every actor of the run: learners, then the rest newest first (engines shut down before
         their actors go: vLLM and DeepSpeed leave /dev/shm files otherwise); then every node sweeps
         what killed engines and ranks left in its /dev/shm (`cluster.node_cleanup`)."""
-        from actors.learner.shm import STOP_SWEEP_MIN_AGE_S, sweep_stale_shm
+        from cluster.shm import STOP_SWEEP_MIN_AGE_S, sweep_stale_shm
 
         if self.ahead is not None:
             self.ahead.close()

@@ -27,6 +27,10 @@ def validate(cfg: Config, need_index: bool = True) -> Config:
         trainable = sorted(name for name, cls in RECIPES.items() if cls.trainable)
         raise TrainConfigError(f"train.recipe={cfg.train.recipe!r} is an evaluation baseline, nothing to train; "
                                f"choose one of {trainable}")
+    ws = cfg.train.warm_start
+    if ws is not None and ws.source == "expert" and not recipe_class(cfg.train.recipe).has_expert():
+        raise TrainConfigError(f"train.warm_start.source=expert: recipe {cfg.train.recipe!r} has no expert "
+                               "demonstrations (Recipe.expert_turn); set train.warm_start.source: policy")
     episodes = cfg.train.questions_per_step * cfg.rollout.samples_per_prompt
     if episodes % cfg.learner.mini_batch_size:
         raise TrainConfigError(

@@ -1,5 +1,10 @@
-"""Rejection-sampling fine-tuning before RL (`train.warm_start`): STaR (Zelikman et al. 2022) and RFT
-(Yuan et al. 2023) applied to a search agent, recipe-independent.
+"""Supervised fine-tuning before RL (`train.warm_start`): rejection sampling (STaR, Zelikman et al. 2022;
+RFT, Yuan et al. 2023) applied to a search agent, recipe-independent, or the recipe's expert demonstrations.
+
+`source: expert`: the recipe's rule-based expert (`Recipe.expert_turn`, knowing the gold answers) writes one
+episode per question through the rollout workers' own agent loop (`AgentLoop(expert=True)`): the recipe's
+prompt, tags, tokenization and loss mask, real retrieval, the recipe's reward. The episodes it could
+demonstrate (`demonstrations`) are the supervised data; the rest of the pass is the same as below.
 
 Before step 1 of a fresh run the untrained policy rolls out `warm_start.samples` episodes of
 `warm_start.questions` training questions (a seeded sample, at the training temperature, scored by the
@@ -20,12 +25,21 @@ from typing import Any, Sequence
 
 log = logging.getLogger(__name__)
 
+WARM_START_DIR = "checkpoints/warm-start"
+"""Where a run keeps its warm-started policy (`<run>/checkpoints/warm-start/policy/hf`), beside `step-<n>`."""
+
 
 def kept_episodes(trajectories: Sequence[dict], min_reward: float) -> list[dict]:
     """The trajectories (dicts, `Trajectory.to_json()`) whose `reward` is above `min_reward` and that hold at
     least one policy token (`loss_mask`)."""
     return [t for t in trajectories
             if t.get("reward") is not None and float(t["reward"]) > min_reward and any(t["loss_mask"])]
+
+
+def demonstrations(trajectories: Sequence[dict]) -> list[dict]:
+    """The expert trajectories (dicts) that demonstrate something: ended by the recipe's own answer or
+    completion (not `NO_DEMONSTRATION` or a limit) and holding at least one policy token."""
+    return [t for t in trajectories if t.get("finish_reason") in ("answer", "complete") and any(t["loss_mask"])]
 
 
 def supervised_batch(trajectories: Sequence[dict], mini_batch_size: int, pad_token_id: int, epochs: int = 1):
@@ -70,27 +84,39 @@ def warm_start(trainer: Any) -> dict[str, float]:
     Raises:
         As `Trainer.rollout` and `LearnerGroup.update`.
     """
-    from pipelines.train import stage_at
+    from pipelines.step_schedule import stage_at
 
     cfg = trainer.cfg
     ws = cfg.train.warm_start
     _, options, train_file = stage_at(cfg, 0)
     examples = warm_start_questions(trainer.training_questions(train_file, options), ws.questions, cfg.seed)
-    trajs = trainer.rollout(examples, options, ws.samples, cfg.rollout.temperature, seed=cfg.seed * 1_000_003 - 1)
-    kept = kept_episodes(trajs, ws.min_reward)
+    expert = ws.source == "expert"
+    if expert:  # one demonstration per question: the expert is deterministic
+        trajs = trainer.rollout(examples, options, 1, 0.0, seed=cfg.seed * 1_000_003 - 1, expert=True)
+        kept = demonstrations(trajs)
+    else:
+        trajs = trainer.rollout(examples, options, ws.samples, cfg.rollout.temperature, seed=cfg.seed * 1_000_003 - 1)
+        kept = kept_episodes(trajs, ws.min_reward)
     rewards = [float(t["reward"] or 0.0) for t in trajs]
     out = {"warm_start/episodes": float(len(trajs)), "warm_start/kept": float(len(kept)),
            "warm_start/reward_mean": sum(rewards) / max(len(rewards), 1),
-           "warm_start/kept_reward_mean": sum(float(t["reward"]) for t in kept) / max(len(kept), 1)}
+           "warm_start/kept_reward_mean": sum(float(t["reward"] or 0.0) for t in kept) / max(len(kept), 1)}
     if not kept:
-        log.warning("warm start: none of %d episodes has a reward above %g; RL starts from the untrained policy",
-                    len(trajs), ws.min_reward)
+        why = ("the expert found a gold answer in no question's documents" if expert
+               else f"none of {len(trajs)} episodes has a reward above {ws.min_reward:g}")
+        log.warning("warm start: %s; RL starts from the untrained policy", why)
         return out
     batch = supervised_batch(kept, cfg.learner.mini_batch_size, trainer.pad_token_id, ws.epochs)
     logprobs, _ = trainer.policy.compute_logprobs(batch)
     m = trainer.policy.update(batch.with_fields(old_logprobs=logprobs), supervised_algorithm(cfg.algorithm))
     trainer.policy.sync_weights(trainer.workers, version=trainer.weight_version)
+    # The warm-started policy alone, kept for evaluation as its own row ("warm start only":
+    # `scripts.evaluate --checkpoint runs/<run> --methods warm_start,...`); no optimizer state, not resumable.
+    trainer.policy.save_hf(str(trainer.run_dir / WARM_START_DIR))
+    if trainer.reference is not None and cfg.learner.reference_model is None:
+        trainer.start_reference()  # the KL term's anchor: the warm-started policy (a restart reloads it too)
+        log.info("warm start: the reference model is now the warm-started policy")
     out.update({f"warm_start/{k}": float(m[k]) for k in ("policy_loss", "optimizer_steps", "update_s") if k in m})
-    log.info("warm start: kept %d of %d episodes (reward > %g), %d optimizer steps", len(kept), len(trajs),
-             ws.min_reward, int(m.get("optimizer_steps", 0)))
+    log.info("warm start (%s): kept %d of %d episodes (%s), %d optimizer steps", ws.source, len(kept), len(trajs),
+             "expert demonstrations" if expert else f"reward > {ws.min_reward:g}", int(m.get("optimizer_steps", 0)))
     return out

@@ -70,6 +70,10 @@ class EvalRAR(TaggedSearchRecipe):
         found = "The question can be answered: Doc 1 says Paris is the capital of France."
         return f"<evaluate> {missing if step == 0 else found} </evaluate>\n"
 
+    def expert_evaluation(self, position: int, gold: str) -> str:
+        """The expert's evaluation after its search: the question can be answered, citing the document."""
+        return f"<evaluate> The question can be answered: Doc {position} says {gold}. </evaluate>\n"
+
     def reward(self, episode: Episode, scorer: Scorer | None = None) -> RewardBreakdown:
         """R_total = R_ans if R_ans > 0 else R_eval (Eq. 5), in {0, r_eval, 1}.
 

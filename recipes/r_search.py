@@ -83,6 +83,10 @@ class RSearch(TaggedSearchRecipe):
         """The evidence block R-Search's format reward asks for before the answer (Eq. 5)."""
         return f"{EVIDENCE_TAGS[0]} Paris is the capital and largest city of France. {EVIDENCE_TAGS[1]}\n"
 
+    def expert_before_answer(self, evidence: str) -> str:
+        """The expert's evidence block: the retrieved sentence that holds its answer."""
+        return f"{EVIDENCE_TAGS[0]} {evidence} {EVIDENCE_TAGS[1]}\n"
+
     def final_output(self, episode: Episode) -> FinalOutput:
         """The answer plus the last `<original_evidence>` block of the generated text."""
         out = super().final_output(episode)

@@ -39,6 +39,8 @@ from recipes.base import (
     Scorer,
     Search,
     Select,
+    after_prefix,
+    docs_holding_answer,
     format_docs,
     prefilled,
     require_scorer,
@@ -256,6 +258,25 @@ class S3(Recipe):
 
     def observation_text(self, docs: Sequence[Doc]) -> str:
         return f"\n\n<information>\n{self.format_docs(docs)}\n</information>\n\n"
+
+    def expert_turn(self, episode: Episode) -> str | None:
+        """The expert searcher: select the documents of the latest information block that hold a gold answer
+        (at most `max_selected`) and complete; when the initial top-k holds none, search once with the question
+        itself (`max_turns` > 0), then select from its results. No gold answer in what it was shown: None."""
+        block = episode.turns[-1].docs if episode.turns and episode.turns[-1].docs is not None else None
+        docs = episode.initial_docs if block is None and not episode.turns else block
+        if docs is None:
+            return None
+        ids = [i for i, _ in docs_holding_answer(docs, episode.golden_answers)][: self.config.max_selected]
+        if ids:
+            text = f"<important_info>[{', '.join(map(str, ids))}]</important_info>"
+            if not self.select_only:
+                text += "<search_complete>True</search_complete>"
+        elif not episode.turns and not self.select_only:  # nothing of the initial block (App. A.5: else all of it)
+            text = "<important_info>[]</important_info><query>" + json.dumps({"query": episode.question}) + "</query>"
+        else:
+            return None
+        return after_prefix(episode, text)
 
     def context_docs(self, episode: Episode) -> list[Doc]:
         """D_s3 = ∪_t D_t^sel by the extraction rules of Appendix A.5.

@@ -13,7 +13,21 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from recipes.base import Action, Answer, Doc, Invalid, Prompt, Recipe, RecipeConfig, Search, prefilled
+from recipes.base import (
+    Action,
+    Answer,
+    Doc,
+    Episode,
+    Invalid,
+    Prompt,
+    Recipe,
+    RecipeConfig,
+    Search,
+    after_prefix,
+    docs_holding_answer,
+    prefilled,
+)
+from recipes.metrics import span_check
 from recipes.tags import clean, find_blocks
 
 # One worked example of the loop (two searches, then the answer), written in each recipe's own tags.
@@ -35,6 +49,14 @@ SECOND_EXAMPLE = (
       Doc("ex-3", "War and Peace", "War and Peace is a novel by the Russian author Leo Tolstoy, published in 1869.")),),
     ("War and Peace was written by Leo Tolstoy.", "Leo Tolstoy"),
 )
+
+
+def sentence_holding(text: str, answer: str, max_chars: int = 300) -> str:
+    """The first sentence of `text` that holds `answer` as a token span (`span_check`), else the text's
+    start; at most `max_chars` characters."""
+    sentences = [s.strip() for s in re.split(r"(?<=[.!?])\s+", text) if s.strip()]
+    hit = next((s for s in sentences if span_check(s, [answer])), text.strip())
+    return hit[:max_chars]
 
 
 class TaggedConfig(RecipeConfig):
@@ -101,9 +123,7 @@ class TaggedSearchRecipe(Recipe):
     def worked_loop(self, question: str, steps: Sequence[tuple[str, str, Doc]], answer: tuple[str, str]) -> str:
         """One worked example: the question, then (thought, query, document) steps, then the answer."""
 
-        def think(text: str) -> str:
-            return f"{self.think_tags[0]} {text} {self.think_tags[1]}\n" if self.think_tags else f"{text}\n"
-
+        think = self._think
         parts = [f"Example:\nQuestion: {question}\n"]
         for i, (thought, query, doc) in enumerate(steps):
             parts.append(think(thought) + f"{self.search_tags[0]} {query} {self.search_tags[1]}")
@@ -150,6 +170,44 @@ class TaggedSearchRecipe(Recipe):
         if kind == "answer":  # an empty answer is still the answer: the episode ends and scores 0 (Search-R1)
             return Answer(content)
         return Search(content) if content else Invalid("empty search")
+
+    # -- expert demonstrations (train.warm_start.source: expert) -------------------------------
+    def expert_evaluation(self, position: int, gold: str) -> str:
+        """Text a recipe's loop requires after an observation, before the expert's answer (Eval-RAR: an evaluation
+        that cites the document, Algorithm 1)."""
+        return ""
+
+    def expert_before_answer(self, evidence: str) -> str:
+        """Text a recipe's loop requires before the answer, given the sentence that holds it (R-Search: evidence)."""
+        return ""
+
+    def expert_turn(self, episode: Episode) -> str | None:
+        """The expert searcher-answerer: answer with the gold answer that a shown document holds, citing it; when
+        none was shown yet, search once with the question itself. Its reasoning goes in this recipe's think
+        tags (free text for R-Search), as the worked example's does. Nothing found by that search: None."""
+        last = episode.turns[-1] if episode.turns else None
+        if last is None:
+            docs = list(episode.initial_docs) if self.config.initial_search else []
+        elif isinstance(last.action, Search) and last.docs is not None:
+            docs = last.docs
+        else:
+            return None
+        found = docs_holding_answer(docs, episode.golden_answers)
+        if found:
+            position, gold = found[0]
+            text = "" if last is None else self.expert_evaluation(position, gold)
+            text += self._think(f"Doc {position} says the answer is {gold}.")
+            text += self.expert_before_answer(sentence_holding(docs[position - 1].text, gold))
+            text += f"{self.answer_tags[0]} {gold} {self.answer_tags[1]}"
+        elif last is None:
+            text = self._think("I need to search for the answer.")
+            text += f"{self.search_tags[0]} {episode.question} {self.search_tags[1]}"
+        else:
+            return None
+        return after_prefix(episode, text)
+
+    def _think(self, text: str) -> str:
+        return f"{self.think_tags[0]} {text} {self.think_tags[1]}\n" if self.think_tags else f"{text}\n"
 
     def observation_text(self, docs: Sequence[Doc]) -> str:
         """`\\n\\n<information>Doc 1(Title: "...") text\\n…</information>\\n\\n` with this recipe's tags."""

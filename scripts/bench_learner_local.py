@@ -71,7 +71,7 @@ def main_shape_trajectories(cfg, tokenizer, questions: int, group: int, seed: in
 def multi_turn_trajectories(cfg, tokenizer, questions: int, group: int, response_tokens: int,
                             seed: int = 0) -> list[dict]:
     """Search-R1 prompts, `group` responses each of policy text and passages (mask 0) in turns."""
-    from scripts.bench_learner import real_text_trajectories
+    from scripts.bench_text import real_text_trajectories
 
     rows = real_text_trajectories(cfg, tokenizer, questions * group, response_tokens, seed=seed)
     return [{**r, "prompt_ids": rows[i - i % group]["prompt_ids"], "group_id": f"q{i // group}"}

@@ -14,7 +14,9 @@ searcher's selected context. GenAcc's judge is `frozen.judge_model` (default `fr
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 
 from scripts.cli import announce_machine, parse_config, user_errors
 
@@ -39,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated: direct, naive_rag, policy, untrained (default: %(default)s)")
     args, cfg = parse_config(parser, argv)
     announce_machine(cfg)
-    from pipelines.evaluate import EvaluationError, evaluate, format_markdown
+    from pipelines.evaluate import EvaluationError, evaluate, format_markdown, timing_line
 
     with user_errors():
         try:
@@ -49,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {e}", file=sys.stderr)
             raise SystemExit(2) from None
     print(format_markdown(rows), end="", flush=True)
+    timing = Path(args.out) / "timing.json"
+    if timing.exists():  # seconds per question of each method, as evaluate() measured them
+        print(timing_line(json.loads(timing.read_text())), flush=True)
     return 0
 
 

@@ -17,6 +17,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 _SIBLING_PACK = REPO_ROOT.parent / "shared" / "data"
 if _SIBLING_PACK.is_dir():
     os.environ.setdefault("SEARCHRL_DATA", str(_SIBLING_PACK))
+# The frozen LLMs' on-disk answer store (frozen.answer_cache: auto) stays off: a test counts the answers its
+# frozen LLM generates, and answers stored by an earlier test or session would hide them. Its own tests set it.
+os.environ["SEARCHRL_ANSWER_CACHE"] = "off"
 
 
 SLOW_FIXTURES = frozenset({"ray_local", "small_index", "hf_tiny", "hf_tiny_b"})
@@ -61,7 +64,7 @@ def ray_local():
         serve.shutdown()
     finally:
         ray.shutdown()
-        from actors.learner.shm import sweep_stale_shm
+        from cluster.shm import sweep_stale_shm
 
         sweep_stale_shm(min_age_s=0)  # segments of engines killed with their actors
 

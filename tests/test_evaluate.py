@@ -205,7 +205,12 @@ def test_evaluate_end_to_end_through_the_actors(ray_local, small_index, data_dir
     agreement = json.loads((out / "judge_agreement.json").read_text())
     assert agreement["span_positive"] + agreement["no_overlap"] <= sum(p["judge"] is not None for p in preds)
     assert all(p["judge"] is None for p in preds if not (p["answer"] or "").strip())
-    assert table in capsys.readouterr().out  # the CLI prints the table
+    printed = capsys.readouterr().out
+    assert table in printed  # the CLI prints the table, then each method's seconds per question
+    timing = json.loads((out / "timing.json").read_text())
+    assert set(timing) == {"direct", "naive_rag", "policy"}
+    assert all(t["questions"] == 3 and t["s_per_question"] > 0 for t in timing.values())
+    assert f"seconds per question: direct {timing['direct']['s_per_question']:.2f}, naive_rag " in printed
 
     # The naive-RAG row is the generator's own naive RAG (issue 39: it was the untrained s3 searcher):
     # the frozen model, run here on its own with the naive_rag recipe, gives the same answers.
@@ -276,3 +281,33 @@ def test_every_method_plans_its_own_system():
                 if a < b and {a, b} != {"policy", "untrained"}:
                     assert not _same_run(plans[a], plans[b]), (path, a, b)
         assert _same_run(plans["policy"], plans["untrained"]), path
+
+
+def test_seconds_per_question_of_each_method():
+    from pipelines.evaluate import method_timing, timing_line
+
+    timing = method_timing({"direct": 2.0, "naive_rag": 8.0, "policy": 31.0}, 10)
+    assert timing["policy"] == {"seconds": 31.0, "questions": 10, "s_per_question": 3.1}
+    assert timing_line(timing) == "seconds per question: direct 0.20, naive_rag 0.80, policy 3.10"
+
+
+def test_the_warm_start_row_is_the_runs_warm_started_policy(tmp_path, tiny_gemma_dir):
+    import shutil
+
+    from configs import Config
+    from pipelines.evaluate import EvaluationError, plan_methods
+    from pipelines.eval_inputs import resolve_warm_start
+
+    run = tmp_path / "run"
+    model = run / "checkpoints" / "warm-start" / "policy" / "hf"
+    shutil.copytree(tiny_gemma_dir, model)
+    shutil.copytree(tiny_gemma_dir, run / "checkpoints" / "step-3" / "policy" / "hf")
+    assert resolve_warm_start(run) == str(model.resolve())
+    assert resolve_warm_start(run / "checkpoints" / "step-3") == str(model.resolve())  # a checkpoint of that run
+    with pytest.raises(EvaluationError, match="--methods warm_start: .*trained with train.warm_start"):
+        resolve_warm_start(tmp_path / "elsewhere")
+    with pytest.raises(EvaluationError, match="--methods warm_start: pass --checkpoint"):
+        plan_methods(Config(), ["warm_start"], None)
+    step = run / "checkpoints" / "step-3"
+    plans = plan_methods(Config(learner={"model": tiny_gemma_dir}), ["untrained", "warm_start", "policy"], str(step))
+    assert [p.spec.model for p in plans] == [tiny_gemma_dir, str(model.resolve()), str((step / "policy/hf").resolve())]

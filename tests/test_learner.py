@@ -430,6 +430,39 @@ def test_packed_update_with_skipped_groups_moves_the_policy_as_the_plain_update(
     assert metrics[True]["tokens"] == int(batch.loss_mask[kept].sum())
 
 
+def test_skipped_groups_with_kl_and_entropy_terms_train_as_the_kept_groups_alone(ray_local, tiny_gemma_dir):
+    """Issue 49: with a KL and an entropy loss term, `skip_zero_advantage` (packed) moves the policy as the plain
+    unpacked update of the kept groups alone does: the terms apply to the kept groups, a skipped group adds
+    nothing (without the filter the terms would move its rows too)."""
+    from actors.learner.group import LearnerGroup
+
+    trajs = synthetic_trajectories(8, seed=5)
+    for i, t in enumerate(trajs):  # pairs share their prompt, as a GRPO group's samples do
+        t["prompt_ids"] = trajs[i - i % 2]["prompt_ids"]
+    batch = make_train_batch(trajs, pad_token_id=0)
+    rewards = [1.0, 0.0, 0.5, 0.5, 1.0, 0.0, 0.0, 1.0]  # group q1: equal rewards, skipped
+    kept = [0, 1, 4, 5, 6, 7]
+    algo = dict(kl_coef=0.5, entropy_coef=0.05)
+    after = {}
+    for variant in ("skip", "kept_only"):
+        skip = variant == "skip"
+        group = LearnerGroup("policy", learner_config(tiny_gemma_dir, zero_stage=0, mini_batch_size=8 if skip else 6,
+                                                      micro_batch_size=2, shared_prefix=skip))
+        try:
+            full, _ = with_grpo(group, batch, rewards)
+            full = full.with_fields(ref_logprobs=full.old_logprobs - 0.3 * full.loss_mask)  # a distant reference
+            m = group.update(full if skip else full.select(kept), AlgorithmConfig(skip_zero_advantage=skip, **algo))
+            assert m["optimizer_steps"] == 1 and m.get("skipped_groups", 1.0) == 1.0
+            after[variant] = group.compute_logprobs(batch)[0][kept]
+            before = full.old_logprobs[kept]
+        finally:
+            group.shutdown()
+    mask = batch.loss_mask[kept]
+    moved = ((after["kept_only"] - before) * mask).abs().sum()
+    apart = ((after["skip"] - after["kept_only"]) * mask).abs().sum()
+    assert moved > 0 and apart < 0.02 * moved, (float(apart), float(moved))
+
+
 def test_token_sized_micro_batches_take_the_same_step(ray_local, tiny_gemma_dir):
     """Issue 40: `learner.micro_batch_tokens` cuts the mini-batch into passes by tokens; one optimizer step
     over them moves the policy as the passes of `micro_batch_size` sequences do (the loss is scaled per

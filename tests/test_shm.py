@@ -3,7 +3,7 @@
 import mmap
 import os
 
-from actors.learner.shm import STOP_SWEEP_MIN_AGE_S, sweep_stale_shm
+from cluster.shm import STOP_SWEEP_MIN_AGE_S, sweep_stale_shm
 
 
 def test_sweep_removes_orphans_and_keeps_mapped(tmp_path):

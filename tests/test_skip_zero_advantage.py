@@ -24,13 +24,13 @@ def test_grpo_groups_of_equal_rewards_are_the_zero_ones():
                                                                                         True, True]
 
 
-def test_skip_with_a_kl_or_entropy_loss_term_is_a_config_error():
+def test_skip_takes_a_kl_or_entropy_loss_term_for_the_kept_groups():
+    """Issue 49: the KL to the warm-started policy with DAPO's filter; the terms apply to the kept groups
+    (`tests/test_learner.py` checks the update against the plain update of the kept groups alone)."""
     AlgorithmConfig(kl_coef=0.0, skip_zero_advantage=True)
-    AlgorithmConfig(kl_coef=0.001, kl_in_reward=True, skip_zero_advantage=True)  # the KL is in the advantages
-    with pytest.raises(ValueError, match="skip_zero_advantage.*kl_coef=0"):
-        AlgorithmConfig(kl_coef=0.001, skip_zero_advantage=True)
-    with pytest.raises(ValueError, match="skip_zero_advantage.*entropy_coef"):
-        AlgorithmConfig(kl_coef=0.0, entropy_coef=0.01, skip_zero_advantage=True)
+    AlgorithmConfig(kl_coef=0.001, kl_in_reward=True, skip_zero_advantage=True)
+    AlgorithmConfig(kl_coef=0.001, skip_zero_advantage=True)
+    AlgorithmConfig(kl_coef=0.0, entropy_coef=0.01, skip_zero_advantage=True)
 
 
 @pytest.mark.parametrize("shared_prefix", [True, False])

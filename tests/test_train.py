@@ -311,19 +311,48 @@ def test_step_summary_of_a_select_only_recipe_names_its_own_numbers():
                                                      "prep 0s update 21s skipped 3 sync 11s")
 
 
+def _questions_answerable_from_the_small_index(data_dir, path):
+    """The training questions whose context passages are all among the small index's 600 (39 of them), as a
+    QA file: an expert that searches with the question finds the gold answer for some of them."""
+    import gzip
+
+    rows = [r for r in (json.loads(line) for line in gzip.open(data_dir / "train.jsonl.gz", "rt"))
+            if r.get("context_ids") and all(int(i.split("-")[1]) < 600 for i in r["context_ids"])]
+    with gzip.open(path, "wt") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    return path
+
+
 @pytest.mark.slow
-def test_warm_start_fine_tunes_on_kept_episodes_before_step_one(ray_local, small_index, tiny_gemma_dir, tmp_path):
-    """`train.warm_start`: the untrained policy's episodes above `min_reward` (here every one: the tiny random
-    model scores 0) take one supervised pass before step 1; its metrics are logged at step 0 after the dev
-    row, and its questions count in the visits."""
+@pytest.mark.parametrize("source", [pytest.param("policy", marks=pytest.mark.heavy), "expert"])
+def test_warm_start_fine_tunes_before_step_one(ray_local, small_index, tiny_gemma_dir, data_dir, tmp_path, source):
+    """`train.warm_start`: supervised passes before step 1, on the untrained policy's episodes above `min_reward`
+    (source policy; here every one: the tiny random model scores 0) or on the recipe's expert demonstrations
+    (source expert: it searches with the question and answers with the gold answer a retrieved document holds;
+    questions whose gold it never sees give none); its metrics are logged at step 0 after the dev row, and its
+    questions count in the visits."""
     from pipelines.train import VISITS, train
 
+    if source == "policy":
+        ws = ["train.warm_start={questions: 3, samples: 2, min_reward: -1.0}"]
+    else:
+        qa = _questions_answerable_from_the_small_index(data_dir, tmp_path / "train-small.jsonl.gz")
+        ws = ["train.warm_start={source: expert, questions: 12}", f"data.train={qa}",
+              "rollout.max_new_tokens_per_turn=96", "algorithm.kl_coef=0.001"]
     cfg = _tiny_run("configs/search_r1_cpu.yaml", small_index, tiny_gemma_dir, tmp_path, "train.total_steps=1",
-                    "train.wandb.mode=disabled", "train.warm_start={questions: 3, samples: 2, min_reward: -1.0}")
+                    "train.wandb.mode=disabled", *ws)
     run_dir = train(cfg, progress=False)
     rows = _rows(run_dir)
     assert [r["step"] for r in rows] == [0, 0, 1] and "dev/answer_f1" in rows[0]
     warm = rows[1]
-    assert warm["warm_start/episodes"] == warm["warm_start/kept"] == 6
     assert warm["warm_start/optimizer_steps"] >= 1 and "warm_start/policy_loss" in warm
-    assert rows[2][VISITS] == 2 + 3  # one step of 2 questions after the warm start's 3
+    if source == "policy":
+        assert warm["warm_start/episodes"] == warm["warm_start/kept"] == 6
+        assert rows[2][VISITS] == 2 + 3  # one step of 2 questions after the warm start's 3
+    else:  # one demonstration per question it could answer; each earns Search-R1's full reward (EM 1)
+        assert warm["warm_start/episodes"] == 12 and 1 <= warm["warm_start/kept"] < 12
+        assert warm["warm_start/kept_reward_mean"] == 1.0
+        assert rows[2][VISITS] == 2 + 12
+        # the KL anchor is the warm-started policy: step 1 samples from it, so the KL to it is ~0
+        assert abs(rows[2]["actor/kl_to_ref_rollout"]) < 1e-3
+        assert (run_dir / "checkpoints" / "warm-start" / "policy" / "hf" / "model.safetensors").is_file()

@@ -25,8 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-GEMMA3_270M = "gemma3-270m"
-SMOLLM2_135M = "smollm2-135m-instruct"
+from configs.local_models import GEMMA3_270M, SMOLLM2_135M  # noqa: F401 - re-exported
+
 _MARKER = "searchrl_converted.json"
 
 

@@ -61,7 +61,7 @@ from actors.engines.vllm_weight_transfer import (  # noqa: F401 - re-exported
     weight_transfer_init_request,
     weight_transfer_update_request,
 )
-from actors.learner.shm import remove_unmapped, segments_mapped_by
+from cluster.shm import remove_unmapped, segments_mapped_by
 
 _LAYER_RE = re.compile(r"^(.*\.layers\.\d+)\.")
 

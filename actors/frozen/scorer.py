@@ -1,7 +1,8 @@
 """Frozen LLMs that score episodes: the s3 generator (Fig. 12), the judge (Fig. 13), R-Search's
 cross-family verifier (Table 5). Each is a `FrozenLLM` on the shared engine layer: greedy
 (temperature 0), batched by the engine across concurrent calls, with an LRU cache keyed by
-(model, prompt) so repeated prompts — the s3 naive-RAG baseline — are generated once.
+(model, prompt) so repeated prompts — the s3 naive-RAG baseline — are generated once, and optionally an
+on-disk `AnswerStore` shared across methods and runs (`frozen.answer_cache`).
 
 Recipes' rewards are synchronous and call the `recipes.base.Scorer` interface; `ThreadScorer`
 (in-process, for an engine on an asyncio loop) and `ActorScorer` (Ray actor handles) adapt.
@@ -16,6 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from actors.engines.base import Engine, Sampling
+from actors.frozen.answer_store import AnswerStore, answer_key, model_fingerprint
 from recipes.base import ANSWER_PROMPT, strip_answer_cue
 from recipes.metrics import acc_l_prompt, judge_prompt, parse_judge, parse_true_false
 
@@ -38,10 +40,12 @@ class FrozenLLM:
             text with an "Answer:" cue (base models such as Gemma 3 270M).
         max_answer_tokens: new tokens per answer (count).
         cache_size: cached prompts (entries); 0 = no cache.
+        store: answers on disk shared across methods, runs and restarts (`AnswerStore`), looked up after the
+            in-memory cache by the rendered prompt's token ids and `identity()`; None = none.
     """
 
     def __init__(self, engine: Engine, model_name: str, chat: bool | None = None, max_answer_tokens: int = 64,
-                 cache_size: int = 100_000):
+                 cache_size: int = 100_000, store: AnswerStore | None = None):
         self.engine = engine
         self.model_name = model_name
         tok = engine.tokenizer
@@ -50,6 +54,8 @@ class FrozenLLM:
         self.cache: OrderedDict[tuple[str, str], str] = OrderedDict()
         self.cache_size = cache_size
         self.stats = {"calls": 0, "cache_hits": 0, "generated": 0}
+        self.store = store
+        self._identity: dict[str, Any] | None = None
         self._inflight: dict[tuple[str, str], asyncio.Future] = {}  # concurrent identical prompts share one generation
 
     def render(self, prompt: str) -> list[int]:
@@ -69,6 +75,23 @@ class FrozenLLM:
             self.stats["truncated"] = self.stats.get("truncated", 0) + 1
         return ids
 
+    def identity(self) -> dict[str, Any]:
+        """Everything besides the prompt's token ids that decides an answer: the model's weight files, the engine
+        backend and dtype, the sampling settings and how a reply is read (`answer_store.answer_key`)."""
+        if self._identity is None:
+            engine = self.engine
+            path = getattr(engine, "model_path", None) or getattr(engine, "model", None)
+            dtype = getattr(engine, "model_dtype", None)
+            if dtype is None and hasattr(getattr(engine, "model", None), "dtype"):
+                dtype = engine.model.dtype  # transformers backend: the loaded model's
+            self._identity = {
+                "model": model_fingerprint(path) if isinstance(path, str) else self.model_name,
+                "name": self.model_name, "backend": type(engine).__name__, "dtype": str(dtype),
+                "chat": self.chat, "max_tokens": self.sampling.max_tokens, "temperature": self.sampling.temperature,
+                "stop": list(self.sampling.stop), "blank_lines": 0 if self.chat else LEADING_BLANK_LINES,
+            }
+        return self._identity
+
     async def _generate(self, ids: list[int]) -> str:
         """Greedy text after `ids`, stripped; a completion that ends on a leading blank line continues
         from it (the generated tokens appended) within the `max_answer_tokens` budget. A base model's
@@ -86,7 +109,7 @@ class FrozenLLM:
 
     async def complete(self, prompt: str) -> str:
         """The model's greedy answer to `prompt` (stripped; a base model's: its first non-empty line),
-        from the cache when seen before."""
+        from the in-memory cache, else the answer store, when seen before."""
         self.stats["calls"] += 1
         key = (self.model_name, prompt)
         if key in self.cache:
@@ -99,7 +122,18 @@ class FrozenLLM:
         future = asyncio.get_running_loop().create_future()
         self._inflight[key] = future
         try:
-            text = await self._generate(self.render(prompt))
+            ids = self.render(prompt)
+            stored = None
+            if self.store is not None:
+                store_key = answer_key(self.identity(), ids)
+                stored = self.store.get(store_key)
+            if stored is not None:
+                text = stored
+                self.stats["store_hits"] = self.stats.get("store_hits", 0) + 1
+            else:
+                text = await self._generate(ids)
+                if self.store is not None:
+                    self.store.put(store_key, text)
             future.set_result(text)
         except BaseException as e:
             future.set_exception(e)
@@ -107,7 +141,8 @@ class FrozenLLM:
             raise
         finally:
             del self._inflight[key]
-        self.stats["generated"] += 1
+        if stored is None:
+            self.stats["generated"] += 1
         if self.cache_size:
             self.cache[key] = text
             if len(self.cache) > self.cache_size:

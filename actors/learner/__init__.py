@@ -5,7 +5,6 @@
 - `group`: `LearnerGroup` (R ranks in one placement group and process group; weight sync).
 - `batch`: `TrainBatch`, `make_train_batch` (trajectories → padded tensors).
 - `token_stats`: `PolicyTokenStats`, `ValueModel` (chunked masked log-probs, values).
-- `shm`: `sweep_stale_shm` (what killed engines and ranks leave in /dev/shm).
 - `nccl_sync`: weight sync over NCCL from rank 0 to the vLLM engines (`learner.weight_sync: nccl`, GPU).
 - `flops`: model FLOPs of an update and the machine's matmul peak (MFU).
 """

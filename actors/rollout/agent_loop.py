@@ -58,6 +58,10 @@ def group_id_of(example: Any) -> str:
     return f"{dataset}/{qid}" if dataset else qid
 
 
+NO_DEMONSTRATION = "no_demonstration"
+"""Stop reason of an expert episode (`AgentLoop(expert=True)`) whose recipe expert had no turn to write."""
+
+
 class _EpisodeRun:
     """One episode's state between engine calls."""
 
@@ -132,11 +136,19 @@ class _EpisodeRun:
         )
         t = time.perf_counter()
         version = lp.engine.weight_version
-        gen = (await lp.engine.generate(traj.prompt_ids + traj.response_ids, sampling))[0]
-        version = int(gen.meta.get("weight_version", version))  # the engine's view when the request started
+        if lp.expert:  # the recipe's expert writes the turn (warm-start demonstrations); the engine is not asked
+            text = lp.recipe.expert_turn(ep)
+            ids = [] if text is None else lp.encode(text, special=False)
+            if text is None or not ids or len(ids) > max_tokens:  # a policy could not have written it here
+                lp.recipe.finish(ep, NO_DEMONSTRATION)
+                return
+            logprobs, finish_reason = [0.0] * len(ids), "stop"
+        else:
+            gen = (await lp.engine.generate(traj.prompt_ids + traj.response_ids, sampling))[0]
+            version = int(gen.meta.get("weight_version", version))  # the engine's view when the request started
+            ids, logprobs, finish_reason = list(gen.token_ids), list(gen.logprobs), gen.finish_reason
         dt = time.perf_counter() - t
         self.generate_s += dt
-        ids, logprobs, finish_reason = list(gen.token_ids), list(gen.logprobs), gen.finish_reason
         if not engine_stops:
             keep = stop_prefix_length(lp.decode, ids, stops)
             if keep is not None:
@@ -190,7 +202,7 @@ class _EpisodeRun:
             "answer_forced": ep.answer_forced,
         }
         score_s = 0.0
-        if lp.compute_reward:
+        if lp.compute_reward and ep.stop_reason != NO_DEMONSTRATION:  # a question left without one is not scored
             t = time.perf_counter()
             reward = await asyncio.to_thread(lp.recipe.reward, ep, lp.scorer)
             score_s = time.perf_counter() - t
@@ -218,6 +230,10 @@ class AgentLoop:
         chat: render prompts with the tokenizer's chat template; None = when it has one.
         scorer: frozen LLMs for rewards that need them (s3, R-Search); None = rule rewards only.
         compute_reward: score each episode as soon as it ends (overlaps with other episodes).
+        expert: the recipe's rule-based expert (`Recipe.expert_turn`, which knows the gold answers) writes every
+            turn instead of the engine (only its tokenizer is used): demonstrations in the recipe's own prompt,
+            tags and tokenization, policy tokens loss-masked in, log-probs 0. An episode the expert cannot
+            demonstrate ends with stop reason `NO_DEMONSTRATION`.
     """
 
     def __init__(
@@ -230,8 +246,10 @@ class AgentLoop:
         chat: bool | None = None,
         scorer: Scorer | None = None,
         compute_reward: bool = True,
+        expert: bool = False,
     ):
         self.engine, self.recipe, self.searcher = engine, recipe, searcher
+        self.expert = expert
         self.sampling, self.limits = sampling, limits
         self.tokenizer = engine.tokenizer
         self.chat = bool(getattr(self.tokenizer, "chat_template", None)) if chat is None else chat

@@ -44,11 +44,12 @@ class RolloutWorker:
         return (await self.holder.get()).weight_version
 
     async def agent_loop(self, recipe: str, recipe_config: Mapping[str, Any] | None, sampling: Mapping[str, Any] | None,
-                         limits: Mapping[str, Any] | None, chat: bool | None, compute_reward: bool) -> AgentLoop:
-        """An `AgentLoop` of `recipe` on this worker's engine and pool."""
+                         limits: Mapping[str, Any] | None, chat: bool | None, compute_reward: bool,
+                         expert: bool = False) -> AgentLoop:
+        """An `AgentLoop` of `recipe` on this worker's engine and pool (`expert`: the recipe's expert writes)."""
         return AgentLoop(await self.holder.get(), get_recipe(recipe, dict(recipe_config or {})), self.searcher,
                          Sampling(**dict(sampling or {})), RolloutLimits(**dict(limits or {})), chat=chat,
-                         scorer=self.scorer, compute_reward=compute_reward)
+                         scorer=self.scorer, compute_reward=compute_reward, expert=expert)
 
     async def run(
         self,
@@ -61,12 +62,13 @@ class RolloutWorker:
         limits: Mapping[str, Any] | None = None,
         chat: bool | None = None,
         compute_reward: bool = True,
+        expert: bool = False,
     ) -> list[dict[str, Any]]:
         """`n` episodes per example (dicts with id, question, golden_answers, dataset). `sampling`:
         `actors.engines.base.Sampling` fields; `limits`: `RolloutLimits` fields (tokens);
-        `compute_reward`: score each episode as it ends. Returns trajectories as JSON-ready dicts
-        (`Trajectory.to_json`)."""
-        loop = await self.agent_loop(recipe, recipe_config, sampling, limits, chat, compute_reward)
+        `compute_reward`: score each episode as it ends; `expert`: the recipe's expert writes the turns
+        (`AgentLoop`). Returns trajectories as JSON-ready dicts (`Trajectory.to_json`)."""
+        loop = await self.agent_loop(recipe, recipe_config, sampling, limits, chat, compute_reward, expert)
         return [t.to_json() for t in await loop.run_batch(list(examples), n)]
 
     async def update_weights(self, named_tensors: Iterable[tuple[str, Any]], version: int) -> int:
