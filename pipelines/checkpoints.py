@@ -16,6 +16,9 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
+_WEIGHTS = ("*.safetensors", "*.bin")
+_TOKENIZER = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
+
 STATE_FILE = "trainer_state.json"
 DEEPSPEED_DIR = "deepspeed"
 
@@ -97,3 +100,57 @@ def save_rollouts(path: Path, trajs: Sequence[dict]) -> None:
     with gzip.open(path, "wt") as f:
         for t in trajs:
             f.write(json.dumps(t) + "\n")
+
+
+# ----------------------------------------------------------------------------- what a --checkpoint path names
+
+
+class CheckpointPathError(ValueError):
+    """A path that names no policy model; the message starts "checkpoint PATH:" and says what to pass."""
+
+
+def model_dir_problem(d: Path) -> str | None:
+    """What `d` lacks to be a Hugging Face model directory (config.json, weights, tokenizer), or None."""
+    if not d.is_dir():
+        return "not a directory"
+    missing = []
+    if not (d / "config.json").is_file():
+        missing.append("config.json")
+    if not any(next(d.glob(p), None) for p in _WEIGHTS):
+        missing.append("weights (*.safetensors)")
+    if not any((d / t).is_file() for t in _TOKENIZER):
+        missing.append("a tokenizer (tokenizer.json / tokenizer_config.json)")
+    return f"no {', '.join(missing)}" if missing else None
+
+
+def policy_model_dir(path: str | Path) -> tuple[Path, Path | None]:
+    """The one way evaluation and serving read a checkpoint path: (the policy's Hugging Face model directory,
+    the checkpoint folder it came from or None for a bare model directory), both absolute.
+
+    `path`: a run directory (its newest complete checkpoint, resumable or not: the best by dev F1 keeps its
+    weights), a checkpoint folder the learner wrote (`<ckpt>/policy/hf`) or a Hugging Face model directory.
+
+    Raises:
+        CheckpointPathError: the path does not exist, a run directory holds no complete checkpoint, or neither
+            `<path>/policy/hf` nor `<path>` is a model directory (the message names what is missing).
+    """
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise CheckpointPathError(f"checkpoint {p}: does not exist; pass a run directory, a checkpoint directory "
+                                  f"written by the learner (it holds policy/hf/) or a Hugging Face model directory")
+    if (p / "checkpoints").is_dir():  # a run directory: its newest checkpoint
+        newest = last_checkpoint(p, resumable=False)
+        if newest is None:
+            raise CheckpointPathError(f"checkpoint {p}: a run directory with no complete checkpoint under "
+                                      f"{p / 'checkpoints'} (each needs {STATE_FILE}); train it further or pass a "
+                                      "model directory")
+        p = Path(newest)
+    hf = p / "policy" / "hf"
+    if model_dir_problem(hf) is None:
+        return hf.resolve(), p.resolve()
+    if model_dir_problem(p) is None:
+        return p.resolve(), None
+    raise CheckpointPathError(
+        f"checkpoint {p}: not a checkpoint ({hf}: {model_dir_problem(hf)}) and not a Hugging Face model "
+        f"directory ({p}: {model_dir_problem(p)}); pass the directory the learner's save_checkpoint wrote "
+        f"or a model directory with config.json, *.safetensors and the tokenizer")

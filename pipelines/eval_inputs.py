@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from pipelines.checkpoints import CheckpointPathError, model_dir_problem, policy_model_dir
 from pipelines.eval_rows import MIRAGE
 
 class EvaluationError(ValueError):
@@ -28,24 +29,6 @@ same name, whatever the training recipe is and whether that recipe is trainable 
 # ----------------------------------------------------------------------------- inputs
 
 
-_WEIGHTS = ("*.safetensors", "*.bin")
-_TOKENIZER = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
-
-
-def _model_problem(d: Path) -> str | None:
-    """What `d` lacks to be a Hugging Face model directory, or None."""
-    if not d.is_dir():
-        return "not a directory"
-    missing = []
-    if not (d / "config.json").is_file():
-        missing.append("config.json")
-    if not any(next(d.glob(p), None) for p in _WEIGHTS):
-        missing.append("weights (*.safetensors)")
-    if not any((d / t).is_file() for t in _TOKENIZER):
-        missing.append("a tokenizer (tokenizer.json / tokenizer_config.json)")
-    return f"no {', '.join(missing)}" if missing else None
-
-
 def resolve_warm_start(path: str | Path) -> str:
     """The warm-started policy of the run that `path` belongs to (`--methods warm_start`): `path` is a run
     directory or one of its checkpoints; the model is `<run>/checkpoints/warm-start/policy/hf`
@@ -59,7 +42,7 @@ def resolve_warm_start(path: str | Path) -> str:
     p = Path(path).expanduser()
     run = p if (p / "checkpoints").is_dir() else p.parent.parent if p.parent.name == "checkpoints" else p
     model = run / WARM_START_DIR / "policy" / "hf"
-    problem = _model_problem(model)
+    problem = model_dir_problem(model)
     if problem is not None:
         raise EvaluationError(f"--methods warm_start: {model}: {problem}; pass --checkpoint a run directory (or one "
                               "of its checkpoints) trained with train.warm_start, or drop warm_start")
@@ -67,39 +50,18 @@ def resolve_warm_start(path: str | Path) -> str:
 
 
 def resolve_checkpoint(path: str | Path) -> str:
-    """The Hugging Face model directory of a checkpoint.
+    """The Hugging Face model directory of a checkpoint (`pipelines.checkpoints.policy_model_dir`: a run
+    directory's newest complete checkpoint, a checkpoint the learner wrote, or a model directory itself).
 
-    Args:
-        path: a run directory (its newest checkpoint under `checkpoints/`), what the learner wrote
-            (`<ckpt>`, whose `policy/hf/` holds the model) or a Hugging Face model directory itself
-            (config.json, safetensors, tokenizer).
     Returns:
         The model directory, absolute.
     Raises:
-        EvaluationError: the path does not exist, a run directory holds no checkpoint, or neither
-            `<path>/policy/hf` nor `<path>` is a model directory (the message names the path and what is missing).
+        EvaluationError: the message of `CheckpointPathError`, for `--checkpoint`.
     """
-    from pipelines.checkpoints import last_checkpoint
-
-    p = Path(path).expanduser()
-    if not p.exists():
-        raise EvaluationError(f"--checkpoint {p}: does not exist; pass a run directory, a checkpoint directory "
-                              f"written by the learner (it holds policy/hf/) or a Hugging Face model directory")
-    if (p / "checkpoints").is_dir():  # a run directory: its newest checkpoint, as scripts.serve takes it
-        newest = last_checkpoint(p, resumable=False)  # as scripts.serve resolves a run
-        if newest is None:
-            raise EvaluationError(f"--checkpoint {p}: a run directory with no finished checkpoint under "
-                                  f"{p / 'checkpoints'}; train it further or pass a model directory")
-        p = Path(newest)
-    hf = p / "policy" / "hf"
-    for cand in (hf, p):
-        if _model_problem(cand) is None:
-            return str(cand.resolve())
-    raise EvaluationError(
-        f"--checkpoint {p}: not a checkpoint ({hf}: {_model_problem(hf)}) and not a Hugging Face model "
-        f"directory ({p}: {_model_problem(p)}); pass the directory the learner's save_checkpoint wrote "
-        f"or a model directory with config.json, *.safetensors and the tokenizer"
-    )
+    try:
+        return str(policy_model_dir(path)[0])
+    except CheckpointPathError as e:
+        raise EvaluationError(f"--{e}") from None
 
 
 def parse_methods(methods: str | Iterable[str]) -> list[str]:

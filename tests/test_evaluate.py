@@ -112,7 +112,7 @@ def test_resolve_checkpoint_layouts(tmp_path):
         resolve_checkpoint(tmp_path / "broken")
     run = tmp_path / "run"  # a run directory: its newest finished checkpoint, as scripts.serve takes it
     (run / "checkpoints").mkdir(parents=True)
-    with pytest.raises(EvaluationError, match="a run directory with no finished checkpoint"):
+    with pytest.raises(EvaluationError, match="--checkpoint .*: a run directory with no complete checkpoint"):
         resolve_checkpoint(run)
     from pipelines.checkpoints import STATE_FILE
 

@@ -47,7 +47,7 @@ def test_model_dir_and_name(tmp_path):
 
 
 def test_unservable_paths_name_the_problem(tmp_path):
-    with pytest.raises(CheckpointError, match="no such directory"):
+    with pytest.raises(CheckpointError, match="checkpoint .*missing: does not exist"):
         resolve_served(str(tmp_path / "missing"))
     run = fake_run(tmp_path, steps=(4,), complete=())
     with pytest.raises(CheckpointError, match="no complete checkpoint"):
