@@ -195,16 +195,20 @@ class TaggedSearchRecipe(Recipe):
         found = docs_holding_answer(docs, episode.golden_answers)
         if found:
             position, gold = found[0]
-            text = "" if last is None else self.expert_evaluation(position, gold)
-            text += self._think(f"Doc {position} says the answer is {gold}.")
-            text += self.expert_before_answer(sentence_holding(docs[position - 1].text, gold))
-            text += f"{self.answer_tags[0]} {gold} {self.answer_tags[1]}"
+            lead = "" if last is None else self.expert_evaluation(position, gold)
+            lead += self._think(f"Doc {position} says the answer is {gold}.")
+            lead += self.expert_before_answer(sentence_holding(docs[position - 1].text, gold))
+            action = f"{self.answer_tags[0]} {gold} {self.answer_tags[1]}"
         elif last is None:
-            text = self._think("I need to search for the answer.")
-            text += f"{self.search_tags[0]} {episode.question} {self.search_tags[1]}"
+            lead = self._think("I need to search for the answer.")
+            action = f"{self.search_tags[0]} {episode.question} {self.search_tags[1]}"
         else:
             return None
-        return after_prefix(episode, text)
+        text = after_prefix(episode, lead + action)
+        prefill = self.config.prefill
+        if text is None and last is None and prefill and action.startswith(prefill):
+            text = action[len(prefill):]  # the prefill opens the action itself: no room for reasoning first
+        return text
 
     def _think(self, text: str) -> str:
         return f"{self.think_tags[0]} {text} {self.think_tags[1]}\n" if self.think_tags else f"{text}\n"

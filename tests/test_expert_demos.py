@@ -127,3 +127,12 @@ def test_an_expert_warm_start_on_a_recipe_without_one_fails_before_any_actor():
     cfg = load_config("configs/search_r1_cpu.yaml", ["train.recipe=naive_rag", "train.warm_start.source=expert"])
     with pytest.raises(TrainConfigError, match="train.warm_start.source=expert: recipe 'naive_rag' has no expert"):
         validate(cfg, need_index=False)
+
+
+@pytest.mark.parametrize("name, prefill", [("search_r1", "<search>"), ("r1_searcher", "<|begin_of_query|>")])
+def test_a_prefilled_action_tag_is_continued(gemma_tokenizer, name, prefill):
+    """The CPU configs prefill the search tag: the expert's first turn continues it (no reasoning first)."""
+    trajs, calls = run_expert(gemma_tokenizer, get_recipe(name, prefill=prefill), {Q: 1}, [ex("q1", Q, [GOLD])])
+    t = trajs[0]
+    assert calls == [Q] and t.finish_reason == "answer" and t.final["answer"] == GOLD
+    assert t.turns[0].text.startswith(f" {Q} ")  # after the prefilled tag, as a policy's turn would be
