@@ -35,6 +35,14 @@ EVAL_METHODS = ("direct", "naive_rag", "policy", "untrained")  # the trained sea
 log = logging.getLogger(__name__)
 
 
+def eval_methods(cfg, run_dir: Path) -> tuple[str, ...]:
+    """`EVAL_METHODS`, plus the "warm start only" row when the run kept a warm-started policy."""
+    from pipelines.warm_start import WARM_START_DIR
+
+    warm = (run_dir / WARM_START_DIR / "policy" / "hf" / "config.json").is_file()
+    return EVAL_METHODS + ("warm_start",) if warm and cfg.train.warm_start is not None else EVAL_METHODS
+
+
 def stopped_message(run_dir: Path | None, cfg, eval_limit: int) -> str:
     """What to run after a Ctrl-C / SIGTERM outside training: the same command, whose index build resumes
     (`run_dir` None: the stop came before training ended), or the evaluation of the finished run on its
@@ -44,7 +52,7 @@ def stopped_message(run_dir: Path | None, cfg, eval_limit: int) -> str:
     return (f"stopped during the evaluation; training is done and checkpointed in {run_dir}. Evaluate it with:\n"
             f"  SEARCHRL_DATA={cfg.data.dir or '../shared/data'} .venv/bin/python -m scripts.evaluate "
             f"--config {run_dir}/config.yaml --checkpoint {run_dir} --qa {cfg.data.test} --limit {eval_limit} "
-            f"--sample --methods {','.join(EVAL_METHODS)} --out {run_dir}/eval")
+            f"--sample --methods {','.join(eval_methods(cfg, run_dir))} --out {run_dir}/eval")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             t2 = time.perf_counter()
             evaluate(cfg, cfg.data.test, run_dir / "eval", checkpoint=checkpoint, limit=args.eval_limit,
-                     sample=True, methods=EVAL_METHODS)
+                     sample=True, methods=eval_methods(cfg, run_dir))
             eval_s = time.perf_counter() - t2
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM (scripts.cli) while indexing or evaluating
         print(stopped_message(run_dir, cfg, args.eval_limit), file=sys.stderr)

@@ -136,3 +136,15 @@ def test_a_prefilled_action_tag_is_continued(gemma_tokenizer, name, prefill):
     t = trajs[0]
     assert calls == [Q] and t.finish_reason == "answer" and t.final["answer"] == GOLD
     assert t.turns[0].text.startswith(f" {Q} ")  # after the prefilled tag, as a policy's turn would be
+
+
+def test_the_main_job_adds_the_warm_start_row_when_the_run_kept_one(tmp_path):
+    from configs import Config
+    from scripts.main import EVAL_METHODS, eval_methods
+
+    warm = Config(train={"warm_start": {"source": "expert"}})
+    assert eval_methods(warm, tmp_path) == EVAL_METHODS  # no warm-started policy written (yet)
+    (tmp_path / "checkpoints" / "warm-start" / "policy" / "hf").mkdir(parents=True)
+    (tmp_path / "checkpoints" / "warm-start" / "policy" / "hf" / "config.json").write_text("{}")
+    assert eval_methods(warm, tmp_path) == (*EVAL_METHODS, "warm_start")
+    assert eval_methods(Config(), tmp_path) == EVAL_METHODS
