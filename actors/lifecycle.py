@@ -62,7 +62,7 @@ class ActorSet:
             return ray.get(refs, timeout=timeout_s)
         except ray.exceptions.GetTimeoutError as e:
             raise TimeoutError(f"{what} not ready after {timeout_s:.0f} s: check that the cluster has the CPUs/GPUs "
-                               "the config reserves (`python -m scripts.cluster_check`) and the actors' logs") from e
+                               "the config reserves (`python -m scripts.ops.cluster_check`) and the actors' logs") from e
 
     def stop(self, handles: Sequence[Any] | None = None, timeout_s: float = 120.0) -> None:
         """Shut down, then kill `handles` (default: all). `shutdown()` is called on all of them at

@@ -2,7 +2,7 @@
 processes (`actors.engines.cpu_env.engine_preload`) and the learner ranks (`LearnerGroup`).
 
 Why: under glibc's malloc the policy engine's vLLM worker grew 37 MiB a minute in the training soak
-(`scripts.soak train`), and 10-12 under jemalloc; the learner rank's glibc `[heap]` grew 335 MiB over
+(`scripts.ops.soak train`), and 10-12 under jemalloc; the learner rank's glibc `[heap]` grew 335 MiB over
 the same 40 steps. The library ships in Ray's wheel (`ray/core/libjemalloc.so`), so nothing is installed.
 """
 

@@ -1,6 +1,6 @@
 """A real multi-node Ray cluster on this machine: one `ray start --head --block` node and any number of
 `ray start --address ... --block` worker nodes, each with its own ports and `--temp-dir`, token
-authentication, on 127.0.0.1. For the multi-node smoke run (`scripts.multinode_smoke`) and the tests
+authentication, on 127.0.0.1. For the multi-node smoke run (`scripts.ops.multinode_smoke`) and the tests
 that submit jobs the way users do.
 
 Each node is stopped by its own command: SIGTERM to its `ray start --block` process, which stops the

@@ -35,7 +35,7 @@ in Ray 2.60, `RAY_max_grpc_message_size` changes it); Ray warns from half of it 
 # .gitignore syntax, relative to the working dir. No trailing "/": Ray matches directory paths
 # without one, and a pattern that matches the directory itself keeps Ray from walking into it.
 BASE_EXCLUDES: tuple[str, ...] = (
-    # version control, virtualenvs (.venv-trl: scripts.bench_peer), caches
+    # version control, virtualenvs (.venv-trl: scripts.bench.peer), caches
     ".git", ".venv", ".venv-*", "venv", "__pycache__", "*.pyc", ".pytest_cache", ".hypothesis", ".mypy_cache",
     ".ruff_cache", ".cache", "*.egg-info", ".ipynb_checkpoints",
     # run outputs and built indexes (top level; the configured ones are added by job_excludes)

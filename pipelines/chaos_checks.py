@@ -1,4 +1,4 @@
-"""What `scripts.chaos` checks in a finished run directory: every step's trajectory set against the
+"""What `scripts.ops.chaos` checks in a finished run directory: every step's trajectory set against the
 questions an uninterrupted run takes at that step (`pipelines.train.batch_indices`), and the metrics'
 continuity. In `train.async_mode: fully` a step trains the groups that finished first, so the check
 is over the whole run: each scheduled group (its `group_id` ends in `#<0-based step it was scheduled

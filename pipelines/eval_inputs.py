@@ -24,7 +24,7 @@ DEFAULT_METHODS = ("direct", "naive_rag", "policy")
 BASELINES = ("direct", "naive_rag")
 """Methods that are fixed baselines: the frozen generator (`frozen.model`) answers with the recipe of the
 same name, whatever the training recipe is and whether that recipe is trainable (`naive_rag` is, for
-`scripts.bench_peer`). Only `policy`, `untrained` and `warm_start` run the training recipe on the policy model."""
+`scripts.bench.peer`). Only `policy`, `untrained` and `warm_start` run the training recipe on the policy model."""
 
 # ----------------------------------------------------------------------------- inputs
 

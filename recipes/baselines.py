@@ -93,6 +93,6 @@ class NaiveRAG(_SingleTurn):
 
     name = "naive_rag"
     initial_search = True
-    trainable = True  # RL on a single-turn RAG answerer: scripts.bench_peer's single-turn workload
+    trainable = True  # RL on a single-turn RAG answerer: scripts.bench.peer's single-turn workload
     def build_prompt(self, question: str, initial_docs: Sequence[Doc], chat: bool) -> Prompt:
         return self._prompt(ANSWER_PROMPT.format(context=self.format_docs(initial_docs), question=question), chat)

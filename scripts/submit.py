@@ -6,7 +6,7 @@
 Without `-- COMMAND` the job runs `python -m scripts.train --config <config> <overrides>`, where
 relative paths of the config (run_dir, index.dir, data.dir, local model folders) are appended as
 absolute overrides: the job runs in a temporary copy of the repository (cluster/runtime_env.py).
-`--module scripts.cluster_check` runs the cluster check instead. The working dir is this
+`--module scripts.ops.cluster_check` runs the cluster check instead. The working dir is this
 repository without .venv, .git, runs, indexes, data files and caches; the job uses the cluster's
 Python: start the cluster with the project's environment active (`PATH=$PWD/.venv/bin:$PATH
 .venv/bin/ray start --head ...`), or name its interpreter with `--python`.

@@ -3,7 +3,10 @@
 # Needs the data pack: SEARCHRL_DATA (defaults to ../shared/data beside the checkout).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+t0=$(date +%s)
 bash scripts/setup.sh
+# tests/conftest.py prints the suite's minutes at the end, this set-up's included.
+export SEARCHRL_TEST_SETUP_S=$(( $(date +%s) - t0 ))
 export SEARCHRL_DATA="${SEARCHRL_DATA:-$(cd .. && pwd)/shared/data}"
 # DeepSpeed JIT-builds its CPU shm op into TORCH_EXTENSIONS_DIR; one per .venv, so two checkouts on a
 # machine never rebuild the same .so under each other's running processes (seen: a hang on its lock).

@@ -1,5 +1,5 @@
 """Start and stop the searcher application on the current Ray cluster (for `scripts.serve`,
-`scripts.bench_serve` and tests; `serve run serving.app:build_app` does the same through Serve's CLI)."""
+`scripts.bench.serve` and tests; `serve run serving.app:build_app` does the same through Serve's CLI)."""
 
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ A test that starts Ray, an engine, a learner or a server is `slow`: tests using 
 """
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+
+
+_SESSION_START = time.monotonic()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    """The suite's budget line (issue #50): minutes of the .venv set-up (scripts/test.sh passes its seconds) and
+    of pytest, against CI's 90-minute limit; the README states these minutes."""
+    setup_s = float(os.environ.get("SEARCHRL_TEST_SETUP_S", "0") or 0)
+    pytest_s = time.monotonic() - _SESSION_START
+    terminalreporter.write_line(
+        f"suite minutes: {(setup_s + pytest_s) / 60:.1f} (set-up {setup_s / 60:.1f}, pytest {pytest_s / 60:.1f}; "
+        f"CI's limit is 90, its budget 40)")
 
 
 @pytest.fixture(autouse=True)

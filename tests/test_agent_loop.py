@@ -11,7 +11,7 @@ from actors.engines.base import Sampling
 from actors.rollout.agent_loop import TRUNCATION_MARKER, AgentLoop, RolloutLimits
 from recipes import get_recipe
 from recipes.base import Doc
-from scripts.bench_rollout import tokens_after_stop
+from scripts.bench.rollout import tokens_after_stop
 from tests.scripted_engine import LOGPROB, ScriptedEngine, turn_policy
 from tests.test_recipes import ScriptedScorer
 

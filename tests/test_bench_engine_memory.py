@@ -1,4 +1,4 @@
-"""`scripts.bench_engine_memory`: its workloads and its summary line (the benchmark itself is not run in CI)."""
+"""`scripts.bench.engine_memory`: its workloads and its summary line (the benchmark itself is not run in CI)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from scripts.bench_engine_memory import batches, line, summarize
+from scripts.bench.engine_memory import batches, line, summarize
 
 PASSAGES = [" ".join(f"w{i}-{j}" for j in range(400)) for i in range(50)]
 

@@ -1,10 +1,10 @@
-"""`scripts.bench_learner --local`'s settings (fast; the run itself is a slow test in test_learner.py)."""
+"""`scripts.bench.learner --local`'s settings (fast; the run itself is a slow test in test_learner.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from scripts.bench_learner_local import parse_setting
+from scripts.bench.learner_local import parse_setting
 
 
 def test_parse_setting_reads_learner_keys_with_yaml_values():
@@ -23,7 +23,7 @@ def test_random_trajectories_have_the_asked_shape_without_a_tokenizer():
     """`--shape random` (what a bare GPU machine runs): a group shares its prompt, responses differ, and half
     of each response is policy tokens in 48-token blocks; ids 0-9 (special tokens) are never drawn."""
     from actors.learner.batch import make_train_batch
-    from scripts.bench_learner_local import random_trajectories
+    from scripts.bench.learner_local import random_trajectories
 
     trajs = random_trajectories(1000, questions=3, group=2, prompt_tokens=40, response_tokens=192)
     assert len(trajs) == 6 and [t["group_id"] for t in trajs] == ["q0", "q0", "q1", "q1", "q2", "q2"]
@@ -43,7 +43,7 @@ def test_the_architecture_configs_are_the_qwen2_5_shapes():
     import torch
 
     from actors.learner.flops import decoder_param_count
-    from scripts.bench_learner_local import model_vocab
+    from scripts.bench.learner_local import model_vocab
 
     expected = {"qwen2.5-1.5b": 1.31e9, "qwen2.5-3b": 2.77e9, "qwen2.5-7b": 6.53e9}  # non-embedding parameters
     for name, params in expected.items():

@@ -1,4 +1,4 @@
-"""`scripts.bench_learner_memory`: its workloads, batches and summary line (the benchmark itself is not run in CI)."""
+"""`scripts.bench.learner_memory`: its workloads, batches and summary line (the benchmark itself is not run in CI)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from actors.learner.batch import make_train_batch
-from scripts.bench_learner_memory import batch_lengths, line, summarize, trajectories
+from scripts.bench.learner_memory import batch_lengths, line, summarize, trajectories
 
 
 def test_varied_lengths_change_every_update_and_fixed_ones_repeat():

@@ -1,4 +1,4 @@
-"""scripts.bench_peer's bookkeeping: the prompts TRL gets (the run's own, in step order), the summaries and the line's parts."""
+"""scripts.bench.peer's bookkeeping: the prompts TRL gets (the run's own, in step order), the summaries and the line's parts."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from scripts.bench_peer import first_last, median_from_step2, ours_summary, spread, trl_rows
+from scripts.bench.peer import first_last, median_from_step2, ours_summary, spread, trl_rows
 
 
 def _write_rollouts(run_dir, tokenizer, steps):

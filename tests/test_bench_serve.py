@@ -1,4 +1,4 @@
-"""`scripts.bench_serve`: its checks come before anything starts, and its plain-loop baseline runs the
+"""`scripts.bench.serve`: its checks come before anything starts, and its plain-loop baseline runs the
 endpoint's episode (evaluation's recipe options and the endpoint's token limits)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from configs import load_config
-from scripts import bench_serve
+from scripts.bench import serve as bench_serve
 
 
 def test_a_missing_generator_fails_before_anything_starts(capsys):

@@ -1,4 +1,4 @@
-"""`scripts.chaos` on the main job's config and index kind (issue 41): a fresh clone's chaos run searches the
+"""`scripts.ops.chaos` on the main job's config and index kind (issue 41): a fresh clone's chaos run searches the
 BM25 index the main job builds (its driver builds it when missing), survives every kill and loses nothing.
 Slow: a real five-step training run with its restarts (7 min here, 2026-11-27)."""
 
@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 def test_chaos_runs_on_the_main_job_index(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "WANDB_SERVICE")}
     index = tmp_path / "bm25-1"  # the main job's index (configs/main_cpu.yaml), built by the driver here
-    proc = subprocess.Popen([sys.executable, "-m", "scripts.chaos", "--config", "configs/main_cpu.yaml", "--steps", "2",
+    proc = subprocess.Popen([sys.executable, "-m", "scripts.ops.chaos", "--config", "configs/main_cpu.yaml", "--steps", "2",
                              "--work-dir", str(tmp_path / "chaos"), f"index.dir={index}"],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

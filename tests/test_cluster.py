@@ -1,6 +1,6 @@
 """cluster/: the role plan and its fit check, the job runtime_env, scripts.submit; and one real
 `ray start --head` cluster (loopback, own ports and temp dir, token auth) that runs
-scripts.cluster_check through scripts.submit and is stopped, with every process it started."""
+scripts.ops.cluster_check through scripts.submit and is stopped, with every process it started."""
 
 from __future__ import annotations
 
@@ -240,11 +240,11 @@ def test_submit_main_builds_the_default_and_raw_commands(monkeypatch, capsys):
         return JobResult("raysubmit_x", "FAILED")
 
     monkeypatch.setattr(submit_mod, "submit_job", fake_submit)
-    code = submit_mod.main(["--address", "http://127.0.0.1:1", "--module", "scripts.cluster_check",
+    code = submit_mod.main(["--address", "http://127.0.0.1:1", "--module", "scripts.ops.cluster_check",
                             "--env", "A=b", "retrieval.topk=5", "run_dir=elsewhere"])
     assert code == 1
     address, entrypoint, env, kw = seen[-1]
-    assert entrypoint.startswith("python -m scripts.cluster_check --config configs/retrieval_cpu.yaml retrieval.topk=5")
+    assert entrypoint.startswith("python -m scripts.ops.cluster_check --config configs/retrieval_cpu.yaml retrieval.topk=5")
     assert f'run_dir="{Path.cwd() / "elsewhere"}"' in entrypoint and "run_dir=elsewhere" not in entrypoint
     assert env["env_vars"]["A"] == "b" and kw["wait"]
     assert submit_mod.main(["--no-wait", "retrieval.topk=5", "--", "echo", "a b"]) == 1
@@ -277,7 +277,7 @@ def test_submit_cluster_check_to_a_local_head(tmp_path):
             submit_job(head.dashboard_url, "true", token="not-the-token", out=io.StringIO())
 
         cfg = cfg_with(f"run_dir={tmp_path / 'fits'}", *FITS_2_CPUS)
-        entry = build_entrypoint("scripts.cluster_check", DEFAULT_CONFIG, [*FITS_2_CPUS, *absolute_path_overrides(cfg)])
+        entry = build_entrypoint("scripts.ops.cluster_check", DEFAULT_CONFIG, [*FITS_2_CPUS, *absolute_path_overrides(cfg)])
         logs = io.StringIO()
         result = submit_job(head.dashboard_url, entry, job_runtime_env(REPO, cfg, {"SEARCHRL_TEST": "1"}),
                             token_file=head.token_file, out=logs, timeout_s=300)
@@ -294,7 +294,7 @@ def test_submit_cluster_check_to_a_local_head(tmp_path):
 
         # The same check for the default config: 5.75 CPUs do not fit in 2 -> the job FAILS, saying why.
         cfg = cfg_with(f"run_dir={tmp_path / 'nofit'}")
-        entry = build_entrypoint("scripts.cluster_check", DEFAULT_CONFIG, absolute_path_overrides(cfg))
+        entry = build_entrypoint("scripts.ops.cluster_check", DEFAULT_CONFIG, absolute_path_overrides(cfg))
         logs = io.StringIO()
         result = submit_job(head.dashboard_url, entry, job_runtime_env(REPO, cfg), token_file=head.token_file,
                             out=logs, timeout_s=300)

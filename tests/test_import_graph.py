@@ -94,3 +94,16 @@ def test_no_import_circles():
 def test_cluster_imports_nothing_from_actors():
     g = graph()
     assert [(m, t) for m in sorted(g) if m.startswith("cluster") for t in sorted(g[m]) if t.startswith("actors")] == []
+
+
+def test_scripts_top_level_is_the_entry_points_and_the_subpackages():
+    """`ls scripts/` shows the product first (issue 50): every top-level module but the shared `cli` is an
+    entry point (it has `main`) named in the README's layout row, and everything else sits in a sub-package."""
+    readme_row = next(line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| `scripts/` |"))
+    for path in sorted((ROOT / "scripts").glob("*.py")):
+        if path.stem in ("__init__", "cli"):
+            continue
+        assert "def main(" in path.read_text(), f"scripts/{path.name} is not an entry point; move it to a sub-package"
+        assert f"`{path.stem}`" in readme_row, f"scripts/{path.name} is missing from the README's scripts/ row"
+    subpackages = {p.name for p in (ROOT / "scripts").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert subpackages == {"bench", "peer", "probes", "ops"}

@@ -130,7 +130,7 @@ def policy_case(request, tiny_gemma_dir, gemma_dir, data_dir):
     from transformers import AutoTokenizer
 
     from configs import Config
-    from scripts.bench_learner import real_text_trajectories
+    from scripts.bench.learner import real_text_trajectories
 
     trajs = real_text_trajectories(Config(), AutoTokenizer.from_pretrained(gemma_dir), seqs=4, response_tokens=96)
     return learner_config(gemma_dir, lr=1e-5, critic_lr=1e-5, logprob_chunk_tokens=128), make_train_batch(trajs, 0)
@@ -349,8 +349,8 @@ def test_update_flops_counts_decoder_on_all_tokens_and_head_on_policy_tokens(tin
 
 @pytest.mark.heavy
 def test_bench_learner_prints_mfu_before_and_after(ray_local, tiny_gemma_dir, tmp_path, capsys):
-    """`scripts.bench_learner` times both ways of a step in one run and prints their MFU ratio."""
-    from scripts import bench_learner
+    """`scripts.bench.learner` times both ways of a step in one run and prints their MFU ratio."""
+    from scripts.bench import learner as bench_learner
 
     out = tmp_path / "bench.json"
     bench_learner.main(["--seqs", "4", "--response-tokens", "32", "--ranks", "1", "--steps", "1", "--no-sync",
@@ -493,9 +493,9 @@ def test_token_sized_micro_batches_take_the_same_step(ray_local, tiny_gemma_dir)
 @pytest.mark.slow
 @pytest.mark.parametrize("shape", ["main", "multi_turn", "random"])
 def test_bench_learner_local_runs_without_ray(tiny_gemma_dir, data_dir, tmp_path, capsys, shape):
-    """`scripts.bench_learner --local`: one PolicyLearner in a process of its own per setting, no Ray
+    """`scripts.bench.learner --local`: one PolicyLearner in a process of its own per setting, no Ray
     (what a bare GPU machine runs); packed, the forward passes run over each shared prompt once."""
-    from scripts import bench_learner
+    from scripts.bench import learner as bench_learner
 
     out = tmp_path / "local.json"
     bench_learner.main(["--local", "--shape", shape, "--questions", "2", "--group", "3", "--steps", "1",

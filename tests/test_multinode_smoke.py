@@ -1,4 +1,4 @@
-"""`scripts.multinode_smoke`: a real two-node Ray cluster on this machine (head + a second `ray start`
+"""`scripts.ops.multinode_smoke`: a real two-node Ray cluster on this machine (head + a second `ray start`
 node with its own ports, temp dir and custom resource, token auth), one training step of the main
 job's config submitted through the Jobs API, and the placement read back from Ray's state API:
 the two retrieval shards on two nodes, both nodes stopped by their own commands with nothing left
@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from scripts.multinode_smoke import NODE_B, node_names, placement
+from scripts.ops.multinode_smoke import NODE_B, node_names, placement
 
 
 def test_placement_names_nodes_and_roles():
@@ -28,7 +28,7 @@ def test_placement_names_nodes_and_roles():
 @pytest.mark.slow
 @pytest.mark.heavy
 def test_multinode_smoke_trains_on_two_nodes(tmp_path, capsys):
-    from scripts.multinode_smoke import main
+    from scripts.ops.multinode_smoke import main
 
     status = main(["--steps", "1", "--work-dir", str(tmp_path)])
     out = capsys.readouterr().out

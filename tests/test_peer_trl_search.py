@@ -1,4 +1,4 @@
-"""TRL's multi-turn loop for scripts.bench_peer (scripts/peer_trl_search.py), without TRL: a scripted model and
+"""TRL's multi-turn loop for scripts.bench.peer (scripts/peer/trl_search.py), without TRL: a scripted model and
 a stub `/retrieve` server check the turns, the env_mask over observation tokens, the limits and the reward."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from recipes import get_recipe
-from scripts.peer_trl_search import SearchRollout, retrieve
+from scripts.peer.trl_search import SearchRollout, retrieve
 
 DOC = {"id": "wiki-1", "contents": '"Hamlet"\nHamlet is a tragedy by William Shakespeare.'}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from recipes import RECIPES
-from scripts.probe_base_rates import COLUMNS, format_table, variant_options
+from scripts.probes.base_rates import COLUMNS, format_table, variant_options
 
 
 def test_variants_map_to_recipe_options():
@@ -24,9 +24,9 @@ def test_table_has_a_row_per_probe():
 
 
 def test_selection_probe_table_has_each_subset_and_the_per_question_oracle():
-    """`scripts.probe_selection`: mean metrics per subset of the top-k; the oracle takes each
+    """`scripts.probes.selection`: mean metrics per subset of the top-k; the oracle takes each
     question's best subset by F1, so it is at least every subset's mean."""
-    from scripts.probe_selection import subset_table
+    from scripts.probes.selection import subset_table
 
     s = lambda f1, cover: {"f1": f1, "cover_em": cover, "em": 0.0}  # noqa: E731
     rows = subset_table({(1,): [s(1.0, 1.0), s(0.0, 0.0)], (1, 2): [s(0.5, 1.0), s(0.4, 0.0)]})

@@ -133,7 +133,7 @@ def test_bearer_token(gemma_tokenizer):
 
 
 def test_clients_send_the_environment_token(gemma_tokenizer, monkeypatch):
-    """The project's clients (bench_serve, the soak) authenticate with SEARCHRL_API_TOKEN."""
+    """The project's clients (scripts.bench.serve, the soak) authenticate with SEARCHRL_API_TOKEN."""
     from serving.auth import TOKEN_ENV, auth_headers
 
     monkeypatch.delenv(TOKEN_ENV, raising=False)

@@ -121,25 +121,6 @@ def test_concurrent_native_requests_with_bad_ones(server):
     assert events[-2:] == ["event: answer", "event: done"] and set(events[:-2]) <= {"event: turn"}
 
 
-def test_killed_replica_is_restarted(server):
-    """A searcher replica killed mid-service: requests answer 503 (never 500) until Serve has
-    restarted it, then 200 again."""
-    url, _, _ = server
-    before = httpx.get(f"{url}/health", timeout=30).json()["deployments"]["searcher"]["pid"]
-    os.kill(before, signal.SIGKILL)  # the replica process this test's server started (pid from /health)
-    deadline, codes = time.monotonic() + 300, []
-    while time.monotonic() < deadline:
-        r = httpx.post(f"{url}/v1/search", json={"question": QUESTIONS[4], "max_turns": 0}, headers=AUTH, timeout=300)
-        codes.append(r.status_code)
-        if r.status_code == 200:
-            break
-        assert r.status_code == 503 and r.headers.get("retry-after"), r.text
-        time.sleep(2)
-    assert codes[-1] == 200, codes
-    after = httpx.get(f"{url}/health", timeout=30).json()["deployments"]["searcher"]["pid"]
-    assert after != before
-
-
 BAD_REQUESTS = [  # (body, extra headers, the statuses it may get)
     ({"question": QUESTIONS[0], "topk": 0}, {}, (422,)),
     ({"question": "x" * 70000}, {}, (413,)),
@@ -153,7 +134,8 @@ def test_hundred_clients_with_the_replica_killed_mid_load(server):
     """100 concurrent clients, 60 good and 40 bad requests, and the searcher replica SIGKILLed while
     they are in flight: no 500 and no hang; every request is answered (200) or refused with a clear
     code (its 4xx, or 503 with Retry-After for a full queue or the dead replica); then the endpoint
-    answers again."""
+    answers again, from a restarted replica (a new pid). (It covers what a separate kill-and-restart test
+    checked: 503 with Retry-After, never 500, until Serve restarted the replica, then 200.)"""
     url, _, _ = server
     pid = httpx.get(f"{url}/health", timeout=30).json()["deployments"]["searcher"]["pid"]
 

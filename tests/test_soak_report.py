@@ -1,4 +1,4 @@
-"""scripts.soak_report: the soak's samples, summaries and issue 29's checks on short synthetic series."""
+"""scripts.ops.soak_report: the soak's samples, summaries and issue 29's checks on short synthetic series."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from scripts import soak_report as report
-from scripts.soak import app_processes, checkpoints_on_disk, disk_mb, measure, stop_and_check
+from scripts.ops import soak_report as report
+from scripts.ops.soak import app_processes, checkpoints_on_disk, disk_mb, measure, stop_and_check
 
 
 def _procs(rss=1000.0, shm=100.0, fds=50):
@@ -104,7 +104,7 @@ def test_control_run_separates_the_machine_drift_from_the_run_own_growth():
 
 
 def test_soak_rejects_a_control_run_of_one_step():
-    from scripts.soak import main
+    from scripts.ops.soak import main
 
     with pytest.raises(SystemExit) as e:
         main(["train", "--steps", "10", "--control-steps", "1"])
@@ -152,7 +152,7 @@ time.sleep(120)
 
 _SOAK = """
 import subprocess, sys, time
-from scripts import soak
+from scripts.ops import soak as soak
 soak.stop_on_sigterm()
 app = subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2]], stdout=subprocess.PIPE,
                        start_new_session=True)
@@ -193,14 +193,14 @@ def test_run_dir_figures(tmp_path):
 
 
 def test_drive_mixes_the_request_kinds_and_samples_each_minute():
-    """scripts.soak's clients against a stub app: every kind is sent, bad requests get 4xx, a 503 with
+    """scripts.ops.soak's clients against a stub app: every kind is sent, bad requests get 4xx, a 503 with
     Retry-After is told apart, and each (here one-second) minute becomes one sample."""
     import asyncio
     import io
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from scripts.soak import drive
+    from scripts.ops.soak import drive
 
     seen = []
 
@@ -263,7 +263,7 @@ def test_serve_soak_serves_the_run_s_own_config(tmp_path, data_dir, monkeypatch)
 
     import serving.config
     from configs.loader import load_config, save_config
-    from scripts.soak import serve_command
+    from scripts.ops.soak import serve_command
 
     run = tmp_path / "run"
     run.mkdir()

@@ -1,4 +1,4 @@
-"""`scripts.validate_manifests`: the shipped deploy artifacts pass, and each kind of mistake fails naming
+"""`scripts.ops.validate_manifests`: the shipped deploy artifacts pass, and each kind of mistake fails naming
 what is wrong. Offline: no Ray cluster, no API server, no model (the RayService app is bound, not deployed).
 Also the job links `scripts.submit` prints."""
 
@@ -8,7 +8,7 @@ import io
 import pytest
 import yaml
 
-from scripts import validate_manifests as vm
+from scripts.ops import validate_manifests as vm
 
 
 @pytest.fixture(scope="module")

@@ -361,7 +361,7 @@ def fit_documents(recipe: Any, docs: list[Doc], limit: int, encode: Callable[[st
     """Shorten document texts evenly (each cut ends with `TRUNCATION_MARKER`) so the recipe's observation
     text of `docs` fits `limit` tokens (`max_observation_tokens`); documents that fit are returned
     unchanged. `encode` / `decode`: the policy tokenizer without special tokens. Used by the agent loop
-    and by `scripts.bench_serve`'s plain-loop baseline, so both read the same observation."""
+    and by `scripts.bench.serve`'s plain-loop baseline, so both read the same observation."""
     if not docs or len(encode(recipe.observation_text(docs))) <= limit:
         return docs
     overhead = len(encode(recipe.observation_text([replace(d, text="") for d in docs])))

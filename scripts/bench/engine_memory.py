@@ -1,6 +1,6 @@
 """Does the vLLM CPU engine's worker grow with the variety of batch shapes? A memory benchmark.
 
-    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.bench_engine_memory [--workload varied|fixed]
+    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.bench.engine_memory [--workload varied|fixed]
         [--minutes 6] [--onednn-cache off|on] [--model gemma3-270m] [--out FILE.json]
 
 One `VLLMEngine` (as the rollout workers and frozen generators start it) answers batches of corpus

@@ -1,6 +1,6 @@
 """Benchmark the async agent loop against the seed papers' turn-synchronous loop.
 
-    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.bench_rollout [--questions 16] [--recipe search_r1]
+    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.bench.rollout [--questions 16] [--recipe search_r1]
         [--dtypes bf16,fp32] [key=value ...]
 
 Same engine (vLLM; the CPU build here), model (Gemma 3 270M base), questions (the pack's dev
@@ -127,7 +127,7 @@ async def bench(cfg, args, dtype: str) -> dict:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: benchmark the async agent loop against the seed papers' turn-synchronous loop.
 
-    Usage: SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.bench_rollout [--questions 16] [--recipe search_r1] [key=value ...]
+    Usage: SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.bench.rollout [--questions 16] [--recipe search_r1] [key=value ...]
     """
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--questions", type=int, default=16, help="dev questions (count)")

@@ -1,6 +1,6 @@
 """Validate the deploy artifacts offline: no cluster, no API server, no model loaded.
 
-    .venv/bin/python -m scripts.validate_manifests
+    .venv/bin/python -m scripts.ops.validate_manifests
 
 Prints one line per artifact (`ok` or `FAIL` with every problem found) and a summary; exit status 0 when
 all pass, 1 otherwise. What each check covers:
@@ -41,7 +41,7 @@ from typing import Any
 
 import yaml
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 RAY_UP = REPO_ROOT / "cluster" / "ray-up-gpu.yaml"
 KUBERAY = REPO_ROOT / "cluster" / "kuberay"
 CRD_SUBSET = KUBERAY / "crd-subset.yaml"
@@ -484,7 +484,7 @@ def validate_all() -> list[Result]:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: validate the deploy artifacts, print one line each and a summary; 0 all pass, 1 otherwise."""
-    argparse.ArgumentParser(prog="python -m scripts.validate_manifests",
+    argparse.ArgumentParser(prog="python -m scripts.ops.validate_manifests",
                             description=__doc__.splitlines()[0]).parse_args(argv)
     results = validate_all()
     for result in results:

@@ -1,6 +1,6 @@
 """Run every recipe's episodes with a policy on real questions against the real retrieval pool.
 
-    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.rollout_demo [--questions 16] [--recipes s3,search_r1] ray.num_cpus=8 [key=value ...]
+    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.probes.rollout_demo [--questions 16] [--recipes s3,search_r1] ray.num_cpus=8 [key=value ...]
 
 Starts the RetrievalPool over the config's index, one RolloutWorker actor (policy on vLLM) and one
 FrozenLLM actor (s3 generator / judge, R-Search verifier: the same base model, frozen), runs
@@ -38,7 +38,7 @@ def summarize(trajs: list[dict]) -> dict:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run each recipe's episodes on dev questions against the retrieval pool; write and summarize them.
 
-    Usage: SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.rollout_demo [--questions 16] [--recipes s3,search_r1] ray.num_cpus=8 [key=value ...]
+    Usage: SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.probes.rollout_demo [--questions 16] [--recipes s3,search_r1] ray.num_cpus=8 [key=value ...]
     """
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--questions", type=int, default=16)

@@ -1,6 +1,6 @@
 """Benchmark the sharded RetrievalPool against the seed papers' retrieval server design.
 
-    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.bench_retrieval [--config ...] [key=value ...]
+    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.bench.retrieval [--config ...] [key=value ...]
 
 Reads the config's flat index (built first when missing, resuming). Measures, in one run:
 - baseline: one process, one unsharded flat index over the same vectors, requests served one after
@@ -161,9 +161,9 @@ def check_exactness_and_recall(pool, baseline: FlatBaseline, examples) -> dict:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: benchmark the RetrievalPool against a one-process flat-index server (exit 2: index not flat).
 
-    Usage: SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.bench_retrieval [--config ...] [key=value ...]
+    Usage: SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.bench.retrieval [--config ...] [key=value ...]
     """
-    parser = argparse.ArgumentParser(prog="python -m scripts.bench_retrieval", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m scripts.bench.retrieval", description=__doc__.splitlines()[0])
     parser.add_argument("--queries", type=int, default=512, help="queries per throughput measurement (default 512)")
     parser.add_argument("--out", default=None, help="JSON output (default <index.dir>/bench_retrieval.json)")
     args, cfg = parse_config(parser, argv)

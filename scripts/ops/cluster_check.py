@@ -1,7 +1,7 @@
 """Can this Ray cluster hold a run of this config? Print its resources and the role plan, check it.
 
-    .venv/bin/python -m scripts.cluster_check [--address auto] [--config PATH] [KEY=VALUE ...]
-    .venv/bin/python -m scripts.submit --module scripts.cluster_check [--config PATH] [KEY=VALUE ...]
+    .venv/bin/python -m scripts.ops.cluster_check [--address auto] [--config PATH] [KEY=VALUE ...]
+    .venv/bin/python -m scripts.submit --module scripts.ops.cluster_check [--config PATH] [KEY=VALUE ...]
 
 Connects to a running cluster (`ray.init(address="auto")`; inside a submitted job that is the
 job's cluster), prints the cluster's total and available resources, the actors a training run
@@ -62,9 +62,9 @@ def cluster_report(cfg) -> dict:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: report the Ray cluster's resources and whether the config's role plan fits (exit 0 fits, 1 not).
 
-    Usage: .venv/bin/python -m scripts.cluster_check [--address auto] [--config PATH] [KEY=VALUE ...]
+    Usage: .venv/bin/python -m scripts.ops.cluster_check [--address auto] [--config PATH] [KEY=VALUE ...]
     """
-    parser = argparse.ArgumentParser(prog="python -m scripts.cluster_check", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m scripts.ops.cluster_check", description=__doc__.splitlines()[0])
     parser.add_argument("--address", default="auto", help="Ray cluster to join (default: auto = the running one)")
     args, cfg = parse_config(parser, argv)
 

@@ -1,9 +1,9 @@
 #!/bin/bash
-# The learner's GPU table (docs/performance.md, "On one GPU"): scripts.bench_learner --local on the Qwen2.5
+# The learner's GPU table (docs/performance.md, "On one GPU"): scripts.bench.learner --local on the Qwen2.5
 # 1.5B and 3B shapes (random init, random ids: no weights, tokenizer or data pack), on a bare GPU machine
 # whose image has CUDA torch, transformers and peft but no Ray, vLLM or .venv.
 #
-#   WHEELS=<dir> OUT=<dir> bash scripts/gpu_learner_table.sh
+#   WHEELS=<dir> OUT=<dir> bash scripts/bench/gpu_learner_table.sh
 #
 # WHEELS holds the DeepSpeed wheel and, under py3.X/, the wheels of the modules the image may lack
 # (pydantic and its parts, hjson, ...): how to build them is in ../shared/gpu/README.md. Only the
@@ -24,7 +24,7 @@ python3 -c "import deepspeed" 2>/dev/null || need="$need $(ls "$WHEELS"/deepspee
 export PYTHONPATH=$SITE:$PWD DS_ACCELERATOR=cuda HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 BASE="learner.dtype=bf16 learner.zero_stage=2 learner.logprob_chunk_tokens=2048 learner.shared_prefix=false learner.lr=1.0e-6 learner.torch_threads=8"
-BENCH="python3 -m scripts.bench_learner --local --shape random --random-init --questions 64 --group 1 --prompt-tokens 512 --response-tokens 512 --steps 3"
+BENCH="python3 -m scripts.bench.learner --local --shape random --random-init --questions 64 --group 1 --prompt-tokens 512 --response-tokens 512 --steps 3"
 $BENCH --out "$OUT/qwen2.5-1.5b.json" --profile "$OUT/profiles" learner.model=configs/architectures/qwen2.5-1.5b $BASE \
   --setting "learner.gradient_checkpointing=true,learner.micro_batch_size=16" \
   --setting "learner.gradient_checkpointing=false,learner.micro_batch_size=16" \

@@ -1,5 +1,5 @@
-"""Learner benchmark batches of real text (`scripts.bench_learner`, `scripts.bench_learner_local`,
-`scripts.gpu_check`): Search-R1 prompts of dev questions, then turns of policy text and passages."""
+"""Learner benchmark batches of real text (`scripts.bench.learner`, `scripts.bench.learner_local`,
+`scripts.ops.gpu_check`): Search-R1 prompts of dev questions, then turns of policy text and passages."""
 
 from __future__ import annotations
 

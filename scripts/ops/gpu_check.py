@@ -1,6 +1,6 @@
 """Exercise each GPU path on this machine's GPU(s) and print timings.
 
-    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.gpu_check [--only faiss,vllm,learner,nccl]
+    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.ops.gpu_check [--only faiss,vllm,learner,nccl]
         [--vectors 500000] [--dim 768] [--out runs/gpu_check.json]
 
 Run it on a GPU node with the GPU requirement set (`SEARCHRL_VARIANT=gpu bash scripts/setup.sh`).
@@ -11,7 +11,7 @@ Each check runs on its own; one failing does not stop the others:
   the top-10 agreement of the GPU's ids with the CPU's.
 - vllm: the policy engine (`VLLMEngine`, CUDA) on the embedded Gemma 3 270M: 64 prompts x 128 new
   tokens sampled at once; startup seconds and generated tokens/s.
-- learner: a 1-rank `LearnerGroup` with ZeRO-3 and bf16 on one GPU (`scripts.bench_learner`'s real-text
+- learner: a 1-rank `LearnerGroup` with ZeRO-3 and bf16 on one GPU (`scripts.bench.learner`'s real-text
   batch, 2 GRPO steps), then the object-store weight sync into a vLLM `RolloutWorker` sharing the GPU;
   seconds per update, policy tokens/s, peak GPU memory, sync seconds.
 - nccl: `learner.weight_sync: nccl` (`actors.learner.nccl_sync`): rank 0 on GPU 0 broadcasts to a
@@ -102,7 +102,7 @@ def check_learner(cfg) -> dict:
     from actors.learner.batch import make_train_batch
     from actors.lifecycle import ActorSet
     from actors.rollout.worker import RolloutWorker
-    from scripts.bench_learner import bench_ranks, real_text_trajectories
+    from scripts.bench.learner import bench_ranks, real_text_trajectories
 
     learner = cfg.learner.model_copy(update={"zero_stage": 3, "dtype": "bf16", "gpus_per_rank": 0.5,
                                              "num_ranks": 1, "torch_threads": None})
@@ -151,12 +151,12 @@ def check_nccl(cfg) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (see the module docstring)."""
-    parser = argparse.ArgumentParser(prog="python -m scripts.gpu_check", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m scripts.ops.gpu_check", description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default=",".join(CHECKS), help="comma-separated checks (default: all)")
     parser.add_argument("--vectors", type=int, default=500_000, help="vectors in the faiss check's index")
     parser.add_argument("--dim", type=int, default=768, help="their dimension (E5-base: 768)")
     parser.add_argument("--out", default="runs/gpu_check.json")
-    args, cfg = parse_config(parser, argv, default_config=str(Path(__file__).resolve().parents[1] / "configs"
+    args, cfg = parse_config(parser, argv, default_config=str(Path(__file__).resolve().parents[2] / "configs"
                                                                / "train_cpu.yaml"))
     import torch
 

@@ -1,6 +1,6 @@
 """Does the policy learner rank grow with the variety of sequence lengths? A memory benchmark.
 
-    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.bench_learner_memory [--workload varied|fixed]
+    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.bench.learner_memory [--workload varied|fixed]
         [--updates 24] [--seqs 8] [--onednn-cache N] [--config configs/soak_train_cpu.yaml] [--out FILE.json]
 
 One one-rank policy `LearnerGroup`, started as training starts it (the learner settings of `--config`:
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--onednn-cache", help="size of the rank's oneDNN primitive caches (default: as training)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path)
-    default = str(Path(__file__).resolve().parents[1] / "configs" / "soak_train_cpu.yaml")
+    default = str(Path(__file__).resolve().parents[2] / "configs" / "soak_train_cpu.yaml")
     args, cfg = parse_config(ap, argv, default_config=default)
     if args.updates < FIRST + 2:
         ap.error(f"--updates must be at least {FIRST + 2}, got {args.updates}")

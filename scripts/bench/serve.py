@@ -1,6 +1,6 @@
 """Benchmark the served searcher against the way Search-R1's `infer.py` serves a question today.
 
-    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.bench_serve --checkpoint PATH [--questions 16] [key=value ...]
+    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.bench.serve --checkpoint PATH [--questions 16] [key=value ...]
 
 The same test questions (a seeded sample spread over the split's datasets) go through two paths:
 (a) baseline: one process, one question at a time, transformers `generate` (greedy) until the
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from scripts.cli import sigterm_as_interrupt
-from scripts.soak_report import percentile
+from scripts.ops.soak_report import percentile
 from scripts.serve import served_config
 
 
@@ -85,7 +85,7 @@ def baseline_run(cfg, model_path: str, url: str, questions: list[str]) -> dict:
     from actors.engines.models import resolve_model
     from actors.rollout.agent_loop import fit_documents
     from recipes import get_recipe
-    from scripts.peer_trl_search import search_r1_doc
+    from scripts.peer.trl_search import search_r1_doc
 
     recipe = get_recipe(cfg.train.recipe, cfg.eval_recipe_config())
     path = resolve_model(model_path)
@@ -190,7 +190,7 @@ def check_baseline_models(parser: argparse.ArgumentParser, cfg, policy: str) -> 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: baseline (infer.py's loop) vs the endpoint at 1/4/16 clients; prints the `serve:` line."""
-    parser = argparse.ArgumentParser(prog="python -m scripts.bench_serve", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m scripts.bench.serve", description=__doc__.splitlines()[0])
     parser.add_argument("--questions", type=int, default=16, help="test questions (count) per run")
     parser.add_argument("--out", default=None, help="write the measurements as JSON here")
     args, served, cfg = served_config(parser, argv)

@@ -1,6 +1,6 @@
 """Benchmark the DeepSpeed policy learner: update tokens/s, peak memory per rank, weight-sync seconds.
 
-    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.bench_learner [--seqs 8] [--ranks 1,2] [key=value ...]
+    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.bench.learner [--seqs 8] [--ranks 1,2] [key=value ...]
 
 The batch is made of real text: Search-R1 prompts of dev questions, and responses that alternate
 policy text with retrieved passages (loss mask 0) from the pack's corpus, tokenized by the policy's
@@ -23,7 +23,7 @@ import os
 import time
 from pathlib import Path
 
-from scripts.bench_text import real_text_trajectories  # noqa: F401 - re-exported (scripts.gpu_check, tests)
+from scripts.bench.text import real_text_trajectories  # noqa: F401 - re-exported (scripts.ops.gpu_check, tests)
 from scripts.cli import parse_config, user_errors
 
 
@@ -96,7 +96,7 @@ def _mean(xs: list[float]) -> float:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: benchmark the policy learner (update tokens/s, peak memory per rank, weight-sync seconds).
 
-    Usage: SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.bench_learner [--seqs 8] [--ranks 1,2] [key=value ...]
+    Usage: SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.bench.learner [--seqs 8] [--ranks 1,2] [key=value ...]
     """
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seqs", type=int, default=8, help="sequences per update (one mini-batch)")
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=2, help="update steps per rank count (first = warm-up)")
     parser.add_argument("--no-sync", action="store_true", help="skip the vLLM weight-sync measurement")
     parser.add_argument("--out", default=None, help="JSON summary (default runs/bench_learner[_local].json)")
-    local = parser.add_argument_group("--local: one PolicyLearner in this process, no Ray (scripts.bench_learner_local)")
+    local = parser.add_argument_group("--local: one PolicyLearner in this process, no Ray (scripts.bench.learner_local)")
     local.add_argument("--local", action="store_true", help="no Ray, no engine: what a bare GPU machine can run")
     local.add_argument("--shape", choices=("main", "multi_turn", "random"), default="main",
                        help="main: the main job's s3 select-only episodes; multi_turn: Search-R1 turns of "
@@ -127,9 +127,9 @@ def main(argv: list[str] | None = None) -> None:
                        help="the GPU's dense bf16 peak for MFU (H100 SXM: 989)")
     # train_cpu.yaml: the learner settings of the CPU training configs, and a local cluster with enough
     # logical CPUs for 2 ranks beside the rollout worker (the retrieval default would leave them pending).
-    args, cfg = parse_config(parser, argv, default_config=str(Path(__file__).resolve().parents[1] / "configs" / "train_cpu.yaml"))
+    args, cfg = parse_config(parser, argv, default_config=str(Path(__file__).resolve().parents[2] / "configs" / "train_cpu.yaml"))
     if args.local:
-        from scripts.bench_learner_local import run_local
+        from scripts.bench.learner_local import run_local
 
         args.out = args.out or "runs/bench_learner_local.json"
         with user_errors():

@@ -1,6 +1,6 @@
-"""`scripts.bench_learner --local`: one `PolicyLearner` in this process, no Ray and no engine.
+"""`scripts.bench.learner --local`: one `PolicyLearner` in this process, no Ray and no engine.
 
-    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.bench_learner --local [--shape main] [--group 4]
+    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.bench.learner --local [--shape main] [--group 4]
         [--questions 8] [--steps 3] [--setting "learner.shared_prefix=false" --setting ...] [--random-init]
         [key=value ...]
 
@@ -71,7 +71,7 @@ def main_shape_trajectories(cfg, tokenizer, questions: int, group: int, seed: in
 def multi_turn_trajectories(cfg, tokenizer, questions: int, group: int, response_tokens: int,
                             seed: int = 0) -> list[dict]:
     """Search-R1 prompts, `group` responses each of policy text and passages (mask 0) in turns."""
-    from scripts.bench_text import real_text_trajectories
+    from scripts.bench.text import real_text_trajectories
 
     rows = real_text_trajectories(cfg, tokenizer, questions * group, response_tokens, seed=seed)
     return [{**r, "prompt_ids": rows[i - i % group]["prompt_ids"], "group_id": f"q{i // group}"}

@@ -1,4 +1,4 @@
-"""TRL's side of the multi-turn search workload of `scripts.bench_peer`: a `rollout_func` for TRL's GRPOTrainer.
+"""TRL's side of the multi-turn search workload of `scripts.bench.peer`: a `rollout_func` for TRL's GRPOTrainer.
 
 TRL 1.16's own multi-turn interfaces, `tools=` and `environment_factory=`, need a chat template that
 can render tool calls. The base Gemma 3 270M has no chat template, so TRL stops before training with

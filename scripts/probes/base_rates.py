@@ -1,6 +1,6 @@
 """Base rates of untrained policies: how often each (model x recipe x prompt variant) searches validly.
 
-    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.probe_base_rates [--config configs/train_cpu.yaml] \
+    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.probes.base_rates [--config configs/train_cpu.yaml] \
         [--models gemma3-270m,smollm2-135m-instruct] [--recipes search_r1,r1_searcher] \
         [--variants plain,example,prefill,example+prefill] [--questions 6] [--samples 4] [--max-turns 2]
         [--recipe-options '{"stage": 1}'] [key=value ...]
@@ -80,7 +80,7 @@ def format_table(rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: measure the base rates of untrained policies and print the table.
 
-    Usage: SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.probe_base_rates [--models M,..]
+    Usage: SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.probes.base_rates [--models M,..]
     [--recipes R,..] [--variants V,..] [--questions 6] [--samples 4] [key=value ...]
     """
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -1,6 +1,6 @@
 """Chaos run: a short real training run that survives SIGKILLed actors and a SIGKILLed driver.
 
-    .venv/bin/python -m scripts.chaos [--config configs/s3_cpu.yaml] [--steps 6] [key=value ...]
+    .venv/bin/python -m scripts.ops.chaos [--config configs/s3_cpu.yaml] [--steps 6] [key=value ...]
 
 It starts its own one-node Ray cluster (`cluster.local_cluster.LocalCluster`: `ray start --head
 --block`, its own temp dir, ports and auth token), runs `scripts.train` as a separate driver process
@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 KILLS = (  # (step during which to kill, label, actor class)
     (2, "shard", "ShardSearcher"), (2, "rollout", "RolloutWorker"), (3, "frozen", "FrozenLLMWorker"),
     (4, "learner", "PolicyLearner"),

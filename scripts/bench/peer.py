@@ -8,12 +8,12 @@ own (`recipes/`), the answer's token F1.
 - `multi_turn` (`configs/peer_multi_turn_cpu.yaml`): Search-R1's loop, `<search>` → `<information>`
   → `<answer>`, at most 2 searches and a forced answer turn, observation tokens out of the loss.
   TRL's `tools=`/`environment_factory=` cannot run it with a base model (no chat template; see
-  `scripts/peer_trl_search.py` for TRL's exact error), so TRL runs it through its `rollout_func` hook
+  `scripts/peer/trl_search.py` for TRL's exact error), so TRL runs it through its `rollout_func` hook
   with `env_mask`, searching the project's `/retrieve` (`scripts.serve_retrieval`, started here on
   127.0.0.1 over the same BM25 index).
 
 searchrl runs first (`scripts.train`); its rollouts give TRL the very same questions in the same order.
-Then TRL runs in its own virtual environment, never `.venv` and never in CI (`scripts/peer_trl_runner.py`):
+Then TRL runs in its own virtual environment, never `.venv` and never in CI (`scripts/peer/trl_runner.py`):
 
     python3.11 -m venv .venv-trl && .venv-trl/bin/pip install -c constraints-cpu.txt -r requirements-trl.txt
 
@@ -141,14 +141,14 @@ def retrieval_server(config: str, index_dir: str, port: int, timeout_s: float = 
 
 
 def run_trl(args, workload: str, cfg, out: Path, run_dir: Path, model_dir: str, url: str | None) -> dict:
-    """TRL's side of one workload in its own environment (`scripts.peer_trl_runner`); its JSON results."""
+    """TRL's side of one workload in its own environment (`scripts.peer.trl_runner`); its JSON results."""
     steps, ro, ln = cfg.train.total_steps, cfg.rollout, cfg.learner
     data = out / "trl_prompts.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in trl_rows(run_dir, steps, model_dir)))
     trl_out = out / "trl.json"
     limits = {"max_new_tokens_per_turn": ro.max_new_tokens_per_turn,
               "max_observation_tokens": ro.max_observation_tokens, "max_total_tokens": ro.max_total_tokens}
-    cmd = [args.trl_python, "-m", "scripts.peer_trl_runner", "--data", str(data), "--model", model_dir,
+    cmd = [args.trl_python, "-m", "scripts.peer.trl_runner", "--data", str(data), "--model", model_dir,
            "--out", str(trl_out), "--steps", str(steps), "--questions-per-step", str(cfg.train.questions_per_step),
            "--samples", str(ro.samples_per_prompt), "--max-new-tokens", str(ro.max_new_tokens_per_turn),
            "--temperature", str(ro.temperature), "--lr", str(ln.lr), "--betas", str(ln.adam_beta1),
@@ -213,7 +213,7 @@ def run_workload(args, workload: str, cfg) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: both frameworks on each workload, then the lines (exit 2: no TRL environment or a bad config)."""
-    parser = argparse.ArgumentParser(prog="python -m scripts.bench_peer", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m scripts.bench.peer", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="runs/bench_peer", help="folder for the runs and the results")
     parser.add_argument("--workload", choices=(*WORKLOAD_CONFIGS, "both"), default="both")
     parser.add_argument("--trl-python", default=".venv-trl/bin/python", help="the TRL environment's interpreter")

@@ -1,6 +1,6 @@
 """What s3's document selection could gain: the frozen generator's answers from each subset of the top-k.
 
-    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.probe_selection [--config configs/main_cpu.yaml] \
+    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.probes.selection [--config configs/main_cpu.yaml] \
         [--qa dev.jsonl.gz] [--questions 64] [key=value ...]
 
 For `--questions` questions of `--qa` (a seeded sample spread over the datasets, `seed`), the question's
@@ -46,7 +46,7 @@ def subset_table(scores: dict[tuple[int, ...], list[dict[str, float]]]) -> list[
 
 def main(argv: list[str] | None = None) -> None:
     """Parse arguments, retrieve, generate, print the table (see the module docstring)."""
-    parser = argparse.ArgumentParser(prog="python -m scripts.probe_selection", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m scripts.probes.selection", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--qa", default="dev.jsonl.gz", help="QA file (path or data pack file name)")
     parser.add_argument("--questions", type=int, default=64, help="questions, spread over the datasets")

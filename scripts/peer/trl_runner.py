@@ -1,6 +1,6 @@
-"""TRL's side of `scripts.bench_peer`: GRPO with TRL's `GRPOTrainer` on the prompts bench_peer wrote.
+"""TRL's side of `scripts.bench.peer`: GRPO with TRL's `GRPOTrainer` on the prompts bench_peer wrote.
 
-Runs in TRL's own virtual environment (`.venv-trl`, made by the command in `scripts/bench_peer.py`'s
+Runs in TRL's own virtual environment (`.venv-trl`, made by the command in `scripts/bench/peer.py`'s
 docstring), never in `.venv`; it needs only torch, transformers, trl, datasets and pydantic (the
 reward comes from this project's `recipes/`, the same code the searchrl run scores with).
 
@@ -10,7 +10,7 @@ trains `--steps` GRPO steps of `--questions-per-step` questions × `--samples` c
 mean reward and the policy's tokens; the rest of a step is TRL's log-prob pass and update.
 
 `--workload single_turn`: TRL generates each completion itself (one answer turn of the naive-RAG
-recipe). `--workload multi_turn`: the episodes of `--recipe` run through `scripts.peer_trl_search`
+recipe). `--workload multi_turn`: the episodes of `--recipe` run through `scripts.peer.trl_search`
 (TRL's `rollout_func` with `env_mask`), searching the project's `/retrieve` at `--retrieve-url`.
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point (exit 0 after writing `--out`)."""
-    p = argparse.ArgumentParser(prog="python -m scripts.peer_trl_runner", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m scripts.peer.trl_runner", description=__doc__.splitlines()[0])
     p.add_argument("--data", required=True)
     p.add_argument("--model", required=True, help="a Hugging Face model directory (the converted Gemma 3 270M)")
     p.add_argument("--out", required=True)
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         timing["tokens"] += int((new != tok.eos_token_id).sum())  # completion tokens, the EOS padding left out
         return out
 
-    if args.workload == "single_turn":  # multi_turn times its own turns (scripts.peer_trl_search)
+    if args.workload == "single_turn":  # multi_turn times its own turns (scripts.peer.trl_search)
         model.generate = timed_generate
     steps: list[dict] = []
 
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     batch = args.questions_per_step * args.samples
     rollout_func, max_completion = None, args.max_new_tokens
     if args.workload == "multi_turn":
-        from scripts.peer_trl_search import SearchRollout
+        from scripts.peer.trl_search import SearchRollout
 
         limits = json.loads(args.limits)
         rollout_func = SearchRollout(recipe, {r["prompt"]: r for r in rows}, tok, args.retrieve_url, limits, timing)

@@ -1,4 +1,4 @@
-"""What a soak (`scripts.soak`) records and how it is judged: per-minute (serve) or per-step (train)
+"""What a soak (`scripts.ops.soak`) records and how it is judged: per-minute (serve) or per-step (train)
 samples, their summary, the pass/fail checks of issue 29, the one-line result and the picture.
 
 Pure functions over lists of dicts, no Ray and no server, so they are tested on short synthetic series.

@@ -1,7 +1,7 @@
 """A real two-node Ray cluster on this machine, a short training job submitted to it the way users do,
 and where each role ran.
 
-    .venv/bin/python -m scripts.multinode_smoke [--config configs/r1_searcher_learn_cpu.yaml] [--steps 1]
+    .venv/bin/python -m scripts.ops.multinode_smoke [--config configs/r1_searcher_learn_cpu.yaml] [--steps 1]
         [--index-dir DIR] [--passages 1200] [--work-dir DIR] [--out FILE] [key=value ...]
 
 1. Starts a head (`ray start --head --block`) and a second node (`ray start --address ... --block`)
@@ -38,7 +38,7 @@ from pathlib import Path
 
 from scripts.cli import parse_config, user_errors
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 NODE_B = "searchrl_node_b"
 # A short job that still has every role of a training run on real models: 2 shards and 2 rollout
 # workers (SPREAD over the nodes), one learner rank; small steps. The rollout engines are transformers
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     from pipelines.train import validate
     from scripts.submit import build_entrypoint, submit_job
 
-    parser = argparse.ArgumentParser(prog="python -m scripts.multinode_smoke", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m scripts.ops.multinode_smoke", description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=1, help="training steps of the job")
     parser.add_argument("--index-dir", default=None, help="an existing index with >= 2 shards (default: build one)")
     parser.add_argument("--passages", type=int, default=1200, help="passages of the index it builds")

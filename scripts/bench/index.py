@@ -1,6 +1,6 @@
 """Benchmark passage encoding for the index build: plain torch fp32 against the configured encoder.
 
-    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.bench_index [--questions 200] [--config ...] [key=value ...]
+    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.bench.index [--questions 200] [--config ...] [key=value ...]
 
 Reads a flat index (`index.dir`, any encoder; built first when missing) to pick a hard passage subset: the union of the
 top-20 passages of the first `--questions` dev questions (a few thousand passages, many holding an
@@ -61,9 +61,9 @@ def recall_at_k(passages: np.ndarray, queries: np.ndarray, texts: list[str], gol
 def main(argv: list[str] | None = None) -> int:
     """Entry point: torch fp32 vs the configured passage encoder on a hard dev subset (exit 2: no flat index).
 
-    Usage: SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.bench_index [--questions N] [--rounds R]
+    Usage: SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.bench.index [--questions N] [--rounds R]
     """
-    parser = argparse.ArgumentParser(prog="python -m scripts.bench_index", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m scripts.bench.index", description=__doc__.splitlines()[0])
     parser.add_argument("--questions", type=int, default=200, help="dev questions picking the subset (default 200)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds per encoder (default 3)")
     parser.add_argument("--out", default=None, help="JSON output (default: none)")

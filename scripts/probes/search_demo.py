@@ -1,6 +1,6 @@
 """The main job until the training pipeline exists: build the index (or reuse it), then search it.
 
-    .venv/bin/python -m scripts.search_demo [--config configs/retrieval_cpu.yaml] [--questions 8] [key=value ...]
+    .venv/bin/python -m scripts.probes.search_demo [--config configs/retrieval_cpu.yaml] [--questions 8] [key=value ...]
 
 Builds the configured sharded index over the data pack's corpus (resuming an interrupted build,
 skipping a finished one), starts the RetrievalPool, searches test-split questions and prints the
@@ -20,9 +20,9 @@ from scripts.cli import parse_config, user_errors
 def main(argv: list[str] | None = None) -> int:
     """Entry point: build (or reuse) the index, search test questions, print the hits and recall@k.
 
-    Usage: .venv/bin/python -m scripts.search_demo [--config configs/retrieval_cpu.yaml] [--questions 8] [key=value ...]
+    Usage: .venv/bin/python -m scripts.probes.search_demo [--config configs/retrieval_cpu.yaml] [--questions 8] [key=value ...]
     """
-    parser = argparse.ArgumentParser(prog="python -m scripts.search_demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m scripts.probes.search_demo", description=__doc__.splitlines()[0])
     parser.add_argument("--questions", type=int, default=8, help="test questions to search (default 8)")
     args, cfg = parse_config(parser, argv)
     from pipelines.data import iter_qa, pack_file

@@ -1,7 +1,7 @@
 """Soak: the served searcher, or a long training run, under steady load, measured until it ends.
 
-    .venv/bin/python -m scripts.soak serve --minutes 60 [--checkpoint gemma3-270m] [--config FILE] [--clients 16]
-    .venv/bin/python -m scripts.soak train --steps 40 [--full-steps 10]
+    .venv/bin/python -m scripts.ops.soak serve --minutes 60 [--checkpoint gemma3-270m] [--config FILE] [--clients 16]
+    .venv/bin/python -m scripts.ops.soak train --steps 40 [--full-steps 10]
 
 `serve` starts `scripts.serve` in its own process group and drives it from `--clients` concurrent
 clients: native `/v1/search`, streamed and plain `/v1/chat/completions`, `/retrieve`, and 10% bad
@@ -19,7 +19,7 @@ phases, the same memory figures, the run directory's size and the checkpoints ke
 fresh run of `--control-steps` steps repeats the long run's first steps on the same data: how much
 slower it is than the long run's start is the machine's own drift, not something the run accumulated.
 
-Each prints one `soak:` line (scripts.soak_report) and writes `<out>/soak.json` (the series, the
+Each prints one `soak:` line (scripts.ops.soak_report) and writes `<out>/soak.json` (the series, the
 summary and the failed checks) and `<out>/soak.png`. Exit status 0 when every check of issue 29 holds,
 1 when one does not (they are printed), 2 for bad arguments. Not run in CI.
 """
@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from scripts import soak_report as report
+from scripts.ops import soak_report as report
 
 MIB = 1024 * 1024
 SERVE_STOP_WAIT_S = 120.0  # seconds scripts.serve gets to stop (its own deadline is 60 s) before SIGKILL
@@ -415,7 +415,7 @@ def finish(out: Path, series: list[dict], summary: dict, failed: list[str], line
 def main(argv: list[str] | None = None) -> int:
     """Entry point (exit 0: every check holds; 1: one does not; 2: bad arguments; 130: stopped by SIGTERM or
     Ctrl-C, after the app it started has stopped)."""
-    parser = argparse.ArgumentParser(prog="python -m scripts.soak", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m scripts.ops.soak", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="kind", required=True)
     serve = sub.add_parser("serve", help="drive scripts.serve from concurrent clients")
     serve.add_argument("--minutes", type=int, default=60)
