@@ -40,7 +40,7 @@ from .advantages import (
 from .config import AlgorithmConfig
 from .estimators import compute_advantages
 from .kl import entropy_from_logits, kl_estimate, logprobs_from_logits
-from .losses import aggregate, entropy_loss, kl_loss, policy_loss, value_loss
+from .losses import aggregate, entropy_loss, kl_loss, nll_loss, policy_loss, value_loss
 from .off_policy import behaviour_weights
 from .masked import masked_mean, masked_sum, masked_var, masked_whiten
 from .registry import (
@@ -82,6 +82,7 @@ __all__ = [
     "masked_sum",
     "masked_var",
     "masked_whiten",
+    "nll_loss",
     "policy_loss",
     "register_advantage_estimator",
     "zero_advantage_groups",

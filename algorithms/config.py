@@ -43,6 +43,12 @@ class AlgorithmConfig(StrictModel):
     )
     gamma: float = Field(1.0, description="Discount over policy tokens, in [0, 1].")
     lam: float = Field(1.0, description="GAE lambda, in [0, 1]; only used by 'gae'.")
+    policy_loss: Literal["ppo_clip", "nll"] = Field(
+        "ppo_clip",
+        description="'ppo_clip' = the PPO clipped surrogate (every RL update); 'nll' = the supervised negative "
+        "log-likelihood of the policy tokens (advantages and old log-probs unused): the warm start's pass "
+        "(pipelines/warm_start.py), which a PPO clip would stop once a token's probability rose by 1 + clip_eps.",
+    )
     clip_eps: float = Field(
         0.2, description="PPO ratio clip epsilon (lower side, and upper unless clip_eps_high), in (0, 1)."
     )

@@ -229,6 +229,37 @@ def policy_loss(
     return loss, metrics
 
 
+def nll_loss(
+    logprobs: Tensor,
+    loss_mask: Tensor,
+    agg: LossAgg = "token_mean",
+    norm_len: float | None = None,
+    divisor: float | Tensor | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """Supervised negative log-likelihood of the policy tokens (to minimise): ``l_t = -log pi(y_t)``, then
+    ``aggregate(l, loss_mask, agg)``. The warm start's loss (``AlgorithmConfig.policy_loss = "nll"``): unlike
+    the PPO surrogate with advantage 1, nothing clips it once a token's probability has risen.
+
+    Args:
+        logprobs: ``[B, T]`` float, current policy log-probs (requires grad).
+        loss_mask: ``[B, T]`` bool/float, 1 = policy token.
+        agg, norm_len, divisor: see :func:`aggregate`.
+
+    Returns:
+        ``(loss, metrics)``: 0-d loss; ``token_prob_mean`` (mean ``pi(y_t)`` over mask-1 tokens, in [0, 1]).
+
+    Raises:
+        ValueError: mismatched shapes (as :func:`aggregate`).
+    """
+    _check_token_inputs("nll_loss", loss_mask, logprobs=logprobs)
+    mask = as_bool_mask(loss_mask)
+    loss = aggregate(-zero_masked(upcast(logprobs), mask), mask, agg, norm_len, divisor)
+    with torch.no_grad():
+        metrics = _masked_stats(mask, means={"token_prob_mean": torch.exp(upcast(logprobs.detach()))},
+                                maxima={}, minima={})
+    return loss, metrics
+
+
 def value_loss(
     values: Tensor,
     old_values: Tensor,

@@ -326,6 +326,8 @@ class WarmStart(StrictModel):
     min_reward: float = Field(0.0, description="Keep episodes whose reward is above this (s3: F1 gain over naive RAG); "
                               "source policy only: every expert demonstration is kept.")
     epochs: int = Field(1, gt=0, description="Supervised passes over the kept episodes.")
+    lr: float | None = Field(None, gt=0, description="The supervised passes' learning rate (SFT usually takes a larger "
+                             "one than RL, e.g. 2e-5); None = learner.lr. The RL steps keep learner.lr and its schedule.")
 
 
 class TrainConfig(StrictModel):

@@ -75,7 +75,11 @@ def run_loop(trainer: Any, start_step: int, stop: GracefulStop | None = None) ->
                 trainer.tracker.log(dev, step=0)
             stop.check()
         if start_step == 0 and getattr(cfg.train, "warm_start", None) is not None:  # before step 1 of a fresh run only
-            trainer.tracker.log(trainer.warm_start(), step=0)
+            warm = trainer.warm_start()
+            if 0 in dev_due and warm.get("warm_start/kept"):  # the warm start only: the dev curve's second point
+                show("dev evaluation")
+                warm.update(trainer.evaluate_dev(0, warm_started=True))
+            trainer.tracker.log(warm, step=0)
             stop.check()
         step = start_step
         while step < total:

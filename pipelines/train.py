@@ -334,10 +334,11 @@ class Trainer:
         return self.rollout([pool[i] for i in idx], options, cfg.rollout.samples_per_prompt, cfg.rollout.temperature,
                             seed=cfg.seed * 1_000_003 + step)
 
-    def evaluate_dev(self, step: int) -> dict[str, float]:
+    def evaluate_dev(self, step: int, warm_started: bool = False) -> dict[str, float]:
         """Greedy episodes (one per question) on `eval_questions` dev questions (a fixed sample spread over
         the datasets, `pipelines.data.spread_sample`) after `step`
-        completed steps (0: the untrained policy, under the first stage's recipe options); returns
+        completed steps (0: the untrained policy, under the first stage's recipe options; with `warm_started`,
+        the policy right after the warm start, at its `warm_start.questions` visits); returns
         `dev/...` metrics (`rollout_metrics`: reward, answer EM/F1/cover-EM, ...) and `time/eval_s`
         (s), {} when `eval_questions` is 0. Logs one line (`dev_summary`)."""
         from pipelines.train_metrics import dev_summary, rollout_metrics
@@ -353,10 +354,11 @@ class Trainer:
         trajs = self.rollout(examples, stage_at(self.cfg, max(0, step - 1))[1], 1, 0.0, seed=0)
         out = rollout_metrics(trajs, prefix="dev")
         out["time/eval_s"] = time.perf_counter() - t
-        out[VISITS] = question_visits(self.cfg, step)  # the x of the dev curve
-        if "dev/answer_f1" in out:
+        out[VISITS] = (float(self.cfg.train.warm_start.questions) if warm_started
+                       else question_visits(self.cfg, step))  # the x of the dev curve
+        if "dev/answer_f1" in out and not warm_started:
             self.dev_f1[step] = float(out["dev/answer_f1"])
-        log.info("%s", dev_summary(step, out))
+        log.info("%s%s", "warm start: " if warm_started else "", dev_summary(step, out))
         return out
 
     # -- checkpoints ------------------------------------------------------------------------------------

@@ -10,10 +10,10 @@ Before step 1 of a fresh run the untrained policy rolls out `warm_start.samples`
 `warm_start.questions` training questions (a seeded sample, at the training temperature, scored by the
 recipe's own reward). The episodes whose reward is above `warm_start.min_reward` (s3: an F1 gain over
 naive RAG) are kept, and the policy takes one supervised pass over their policy tokens (loss mask: the
-observations stay out), `warm_start.epochs` times. The pass is the policy learner's own update with
-advantage 1 on every policy token and no KL or entropy term: at ratio 1 its gradient is the negative
-log-likelihood's (token mean), and the PPO clip keeps each later mini-batch within `algorithm.clip_eps`
-of the rollout policy. Then the workers get the new weights and the RL steps start from them. The
+observations stay out), `warm_start.epochs` times. The pass is the policy learner's own update with the
+supervised loss (`algorithm.policy_loss: nll`, the token-mean negative log-likelihood) and no KL or entropy
+term; an earlier version used the PPO surrogate with advantage 1, whose clip stopped every token once its
+probability had risen by 1 + clip_eps, so a warm start could barely move the policy. Then the workers get the new weights and the RL steps start from them. The
 warm start counts as one learner update (the learning-rate warm-up moves on by one).
 """
 
@@ -64,10 +64,11 @@ def supervised_batch(trajectories: Sequence[dict], mini_batch_size: int, pad_tok
 
 
 def supervised_algorithm(algorithm: Any) -> Any:
-    """`algorithm` (an `AlgorithmConfig`) for the supervised pass: no KL or entropy term, no off-policy
-    weights, every row kept (advantages are all 1)."""
-    return algorithm.model_copy(update={"kl_coef": 0.0, "entropy_coef": 0.0, "skip_zero_advantage": False,
-                                        "off_policy_correction": "none"})
+    """`algorithm` (an `AlgorithmConfig`) for the supervised pass: the negative log-likelihood loss
+    (`policy_loss: nll`; a PPO clip would stop each token once its probability rose by 1 + clip_eps over the
+    pre-warm-start policy), no KL or entropy term, no off-policy weights, every row kept."""
+    return algorithm.model_copy(update={"policy_loss": "nll", "kl_coef": 0.0, "entropy_coef": 0.0,
+                                        "skip_zero_advantage": False, "off_policy_correction": "none"})
 
 
 def warm_start_questions(pool: Sequence[dict], count: int, seed: int) -> list[dict]:
@@ -80,7 +81,7 @@ def warm_start(trainer: Any) -> dict[str, float]:
 
     Returns:
         `warm_start/*` metrics: episodes, kept, reward_mean (all episodes), kept_reward_mean, and the
-        update's policy_loss, optimizer_steps and update_s (absent when nothing was kept).
+        update's policy_loss (the NLL), token_prob_mean, lr, optimizer_steps and update_s (absent when nothing was kept).
     Raises:
         As `Trainer.rollout` and `LearnerGroup.update`.
     """
@@ -107,8 +108,7 @@ def warm_start(trainer: Any) -> dict[str, float]:
         log.warning("warm start: %s; RL starts from the untrained policy", why)
         return out
     batch = supervised_batch(kept, cfg.learner.mini_batch_size, trainer.pad_token_id, ws.epochs)
-    logprobs, _ = trainer.policy.compute_logprobs(batch)
-    m = trainer.policy.update(batch.with_fields(old_logprobs=logprobs), supervised_algorithm(cfg.algorithm))
+    m = trainer.policy.update(batch, supervised_algorithm(cfg.algorithm), lr=ws.lr)  # NLL: no old log-probs needed
     trainer.policy.sync_weights(trainer.workers, version=trainer.weight_version)
     # The warm-started policy alone, kept for evaluation as its own row ("warm start only":
     # `scripts.evaluate --checkpoint runs/<run> --methods warm_start,...`); no optimizer state, not resumable.
@@ -116,7 +116,8 @@ def warm_start(trainer: Any) -> dict[str, float]:
     if trainer.reference is not None and cfg.learner.reference_model is None:
         trainer.start_reference()  # the KL term's anchor: the warm-started policy (a restart reloads it too)
         log.info("warm start: the reference model is now the warm-started policy")
-    out.update({f"warm_start/{k}": float(m[k]) for k in ("policy_loss", "optimizer_steps", "update_s") if k in m})
+    out.update({f"warm_start/{k}": float(m[k]) for k in ("policy_loss", "token_prob_mean", "lr", "optimizer_steps", "update_s")
+                if k in m})
     log.info("warm start (%s): kept %d of %d episodes (%s), %d optimizer steps", ws.source, len(kept), len(trajs),
              "expert demonstrations" if expert else f"reward > {ws.min_reward:g}", int(m.get("optimizer_steps", 0)))
     return out

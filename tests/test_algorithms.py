@@ -38,6 +38,7 @@ from algorithms import (
     masked_sum,
     masked_var,
     masked_whiten,
+    nll_loss,
     policy_loss,
     register_advantage_estimator,
     reinforce_pp_advantages,
@@ -434,6 +435,31 @@ def test_policy_loss_clipping_by_hand():
     # clip-higher: upper bound 1 + .28 -> -1.28 * 1
     logp, old = _lp([1.5])
     close(policy_loss(logp, old, t([[1.0]]), t([[1]]), clip_eps=0.2, clip_eps_high=0.28)[0], -1.28)
+
+
+def test_nll_loss_by_hand_and_unclipped_where_the_ppo_surrogate_stops():
+    """The warm start's loss: -mean log p over policy tokens, whose gradient stays -1/n per token however far
+    the probability has risen; the PPO surrogate with advantage 1 has none past ratio 1 + clip_eps."""
+    logp = torch.tensor([[-1.0, -2.0, -0.5], [-3.0, -9.0, -9.0]], requires_grad=True)
+    mask = t([[1, 1, 1], [1, 0, 0]])
+    loss, m = nll_loss(logp, mask)
+    close(loss, (1.0 + 2.0 + 0.5 + 3.0) / 4)
+    assert m["token_prob_mean"] == pytest.approx(sum(math.exp(x) for x in (-1.0, -2.0, -0.5, -3.0)) / 4)
+    loss.backward()
+    assert torch.allclose(logp.grad, -mask / 4)
+    risen, old = _lp([1.5])  # a token whose probability rose 1.5x during the pass
+    nll_loss(risen, t([[1]]))[0].backward()
+    assert risen.grad.item() == pytest.approx(-1.0)
+    risen, old = _lp([1.5])
+    policy_loss(risen, old, t([[1.0]]), t([[1]]), clip_eps=0.2)[0].backward()
+    assert risen.grad.item() == 0.0
+    assert nll_loss(logp.detach(), torch.zeros(2, 3))[0].item() == 0.0  # no policy token: 0
+
+
+def test_algorithm_policy_loss_option():
+    assert AlgorithmConfig().policy_loss == "ppo_clip" and AlgorithmConfig(policy_loss="nll").policy_loss == "nll"
+    with pytest.raises(ValidationError, match="policy_loss"):
+        AlgorithmConfig(policy_loss="sft")
 
 
 def test_policy_loss_negative_advantage_by_hand():

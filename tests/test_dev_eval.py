@@ -105,11 +105,14 @@ class DevTrainer:
     def step(self, step: int) -> dict[str, float]:
         return {"step": float(step + 1), "rollout/reward_mean": 0.1 * step}
 
-    def evaluate_dev(self, step: int) -> dict[str, float]:
+    def evaluate_dev(self, step: int, warm_started: bool = False) -> dict[str, float]:
         if not self.eval_questions:
             return {}
-        self.evaluated.append(step)
-        return {"dev/answer_f1": 0.01 * step, "time/eval_s": 1.0}
+        self.evaluated.append("warm start" if warm_started else step)
+        return {"dev/answer_f1": 0.5 if warm_started else 0.01 * step, "time/eval_s": 1.0}
+
+    def warm_start(self) -> dict[str, float]:
+        return {"warm_start/kept": float(self.kept)}
 
     def save(self, step: int) -> None:
         pass
@@ -124,6 +127,23 @@ def test_run_loop_evaluates_before_the_first_update_and_on_schedule(tmp_path):
     assert [s for s, _ in trainer.logged] == [0, 1, 2, 3, 4, 5]
     assert trainer.logged[0][1] == {"dev/answer_f1": 0.0, "time/eval_s": 1.0}  # a dev-only row at step 0
     assert "dev/answer_f1" in trainer.logged[2][1] and "dev/answer_f1" not in trainer.logged[1][1]
+
+
+def test_a_warm_start_gets_its_own_dev_point_after_the_untrained_one(tmp_path):
+    """Issue 49's dev curve by visits: untrained (step 0), the warm start only (its row at step 0), then RL; a
+    warm start that kept nothing trained nothing, so no second point."""
+    from pipelines.run_loop import run_loop
+
+    trainer = DevTrainer(tmp_path, total=2, eval_every=2)
+    trainer.cfg.train.warm_start, trainer.kept = SimpleNamespace(questions=8), 5
+    run_loop(trainer, 0)
+    assert trainer.evaluated == [0, "warm start", 2]
+    assert [s for s, _ in trainer.logged] == [0, 0, 1, 2]
+    assert trainer.logged[1][1] == {"warm_start/kept": 5.0, "dev/answer_f1": 0.5, "time/eval_s": 1.0}
+    nothing = DevTrainer(tmp_path, total=2, eval_every=2)
+    nothing.cfg.train.warm_start, nothing.kept = SimpleNamespace(questions=8), 0
+    run_loop(nothing, 0)
+    assert nothing.evaluated == [0, 2] and nothing.logged[1] == (0, {"warm_start/kept": 0.0})
 
 
 def test_run_loop_resumed_or_without_dev_questions_logs_no_step_0(tmp_path):

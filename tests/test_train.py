@@ -337,7 +337,7 @@ def test_warm_start_fine_tunes_before_step_one(ray_local, small_index, tiny_gemm
         ws = ["train.warm_start={questions: 3, samples: 2, min_reward: -1.0}"]
     else:
         qa = _questions_answerable_from_the_small_index(data_dir, tmp_path / "train-small.jsonl.gz")
-        ws = ["train.warm_start={source: expert, questions: 12}", f"data.train={qa}",
+        ws = ["train.warm_start={source: expert, questions: 12, lr: 3.0e-5}", f"data.train={qa}",
               "rollout.max_new_tokens_per_turn=96", "algorithm.kl_coef=0.001"]
     cfg = _tiny_run("configs/search_r1_cpu.yaml", small_index, tiny_gemma_dir, tmp_path, "train.total_steps=1",
                     "train.wandb.mode=disabled", *ws)
@@ -346,13 +346,17 @@ def test_warm_start_fine_tunes_before_step_one(ray_local, small_index, tiny_gemm
     assert [r["step"] for r in rows] == [0, 0, 1] and "dev/answer_f1" in rows[0]
     warm = rows[1]
     assert warm["warm_start/optimizer_steps"] >= 1 and "warm_start/policy_loss" in warm
+    assert "dev/answer_f1" in warm  # the warm-started policy's own dev point
+    assert 0.0 < warm["warm_start/token_prob_mean"] <= 1.0  # the supervised (NLL) pass's own metric
+    if source == "expert":  # its own learning rate, not the RL schedule's
+        assert warm["warm_start/lr"] == pytest.approx(3.0e-5)
     if source == "policy":
         assert warm["warm_start/episodes"] == warm["warm_start/kept"] == 6
         assert rows[2][VISITS] == 2 + 3  # one step of 2 questions after the warm start's 3
     else:  # one demonstration per question it could answer; each earns Search-R1's full reward (EM 1)
         assert warm["warm_start/episodes"] == 12 and 1 <= warm["warm_start/kept"] < 12
         assert warm["warm_start/kept_reward_mean"] == 1.0
-        assert rows[2][VISITS] == 2 + 12
+        assert rows[2][VISITS] == 2 + 12 and warm[VISITS] == 12
         # the KL anchor is the warm-started policy: step 1 samples from it, so the KL to it is ~0
         assert abs(rows[2]["actor/kl_to_ref_rollout"]) < 1e-3
         assert (run_dir / "checkpoints" / "warm-start" / "policy" / "hf" / "model.safetensors").is_file()

@@ -36,7 +36,7 @@ LEARNER_ONEDNN_CACHE = "64"
 """Size of the two caches of oneDNN primitives in a CPU learner rank: oneDNN's own (`ONEDNN_PRIMITIVE_CACHE_CAPACITY`)
 and ideep's, torch's wrapper of oneDNN (`LRU_CACHE_CAPACITY`); both default to 1,024. torch's bf16 matmuls on CPU run
 as oneDNN primitives, one per shape, so every micro-batch of a new sequence length adds some. At 1,024 a rank grew
-736 MiB over 15 updates of varied lengths, at 64 140 MiB (`scripts.bench_learner_memory`); per token 64 was 3-7%
+736 MiB over 15 updates of varied lengths, at 64 140 MiB (`scripts.bench.learner_memory`); per token 64 was 3-7%
 slower in that run and 11-16% faster in a run on 16-sequence batches. With one fixed batch the rank stays flat."""
 
 LEARNER_CACHE_VARS = (ONEDNN_CACHE_VAR, "LRU_CACHE_CAPACITY")
@@ -154,14 +154,14 @@ class LearnerGroup:
 
         return self._gather_rows(self._all("compute_values", ray.put(batch)), "values", batch)
 
-    def update(self, batch: TrainBatch, algorithm: Any) -> dict[str, float]:
-        """One update of every rank on the same batch; metrics averaged over ranks
-        (`tokens` and `sequence_tokens` summed over ranks: policy tokens trained on, and all the
-        tokens the forward passes ran over)."""
+    def update(self, batch: TrainBatch, algorithm: Any, lr: float | None = None) -> dict[str, float]:
+        """One update of every rank on the same batch (at learning rate `lr` when given, else the schedule's);
+        metrics averaged over ranks (`tokens` and `sequence_tokens` summed over ranks: policy tokens trained
+        on, and all the tokens the forward passes ran over)."""
         import ray
 
         ref = ray.put(batch)
-        per_rank = self._all("update", ref, algorithm)
+        per_rank = self._all("update", ref, algorithm, *(() if lr is None else (lr,)))  # a critic takes no lr
         out = {k: sum(m[k] for m in per_rank) / len(per_rank) for k in per_rank[0]}
         for summed in ("tokens", "sequence_tokens"):
             if summed in out:

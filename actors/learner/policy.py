@@ -21,6 +21,7 @@ from algorithms import (
     kl_estimate,
     kl_loss,
     masked_mean,
+    nll_loss,
     policy_loss,
     zero_advantage_groups,
 )
@@ -56,7 +57,7 @@ class PolicyLearner(DeepSpeedRank):
         """Load the model and start the DeepSpeed engine; returns the number of parameters.
 
         `random_init`: the model's architecture (its `config.json`) with seeded random weights, for
-        benchmarks of shapes whose weights are not at hand (`scripts.bench_learner --local --random-init`).
+        benchmarks of shapes whose weights are not at hand (`scripts.bench.learner --local --random-init`).
         """
         from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -108,16 +109,21 @@ class PolicyLearner(DeepSpeedRank):
             done += len(micro)
         return {"rows": rows, "logprobs": lp, "entropy": ent}
 
-    def update(self, batch: TrainBatch, algorithm: AlgorithmConfig | Mapping[str, Any]) -> dict[str, float]:
+    def update(self, batch: TrainBatch, algorithm: AlgorithmConfig | Mapping[str, Any],
+               lr: float | None = None) -> dict[str, float]:
         """PPO-style epochs over the batch (s3 Eq. 2, Eval-RAR Eq. 6, R-Search Eq. 2): clipped
         surrogate on `batch.advantages`, plus `kl_coef` × KL to `batch.ref_logprobs` when the KL is a
-        loss term (GRPO), minus `entropy_coef` × entropy.
+        loss term (GRPO), minus `entropy_coef` × entropy. With `algorithm.policy_loss` "nll" the surrogate is
+        the supervised negative log-likelihood instead (`algorithms.nll_loss`; the warm start), and
+        `old_logprobs` and the advantages' values are not read.
 
         Args:
             batch: with `advantages` (and `ref_logprobs` when the KL is a loss term), `[B, R]`;
                 `old_logprobs` may be None when the update is one optimizer step (`single_step`): the
                 current log-probs, detached, are then exactly the rollout policy's.
             algorithm: `AlgorithmConfig` (clip ε, KL, entropy, loss aggregation).
+            lr: this update's learning rate instead of the schedule's (the warm start's `warm_start.lr`); None =
+                the schedule's.
 
         Returns:
             Means over micro-batches: policy_loss, kl, entropy, clip_frac, approx_kl, ratio_max;
@@ -135,7 +141,8 @@ class PolicyLearner(DeepSpeedRank):
         algo = algorithm if isinstance(algorithm, AlgorithmConfig) else AlgorithmConfig(**dict(algorithm))
         if batch.advantages is None:
             raise ValueError("PolicyLearner.update: batch.advantages is None; compute advantages first")
-        if batch.old_logprobs is None and not single_step(self.config, batch.size):
+        supervised = algo.policy_loss == "nll"  # the warm start's pass: no ratio, so no old log-probs needed
+        if batch.old_logprobs is None and not supervised and not single_step(self.config, batch.size):
             raise ValueError(
                 "PolicyLearner.update: batch.old_logprobs is None, but this update takes more than one optimizer "
                 f"step (ppo_epochs={self.config.ppo_epochs}, {batch.size} sequences, mini_batch_size="
@@ -145,7 +152,7 @@ class PolicyLearner(DeepSpeedRank):
             raise ValueError("PolicyLearner.update: the KL loss term needs batch.ref_logprobs "
                              "(or set kl_coef=0 / kl_in_reward=true)")
         t0 = time.perf_counter()
-        self._apply_lr_schedule()
+        self._apply_lr_schedule(lr)
         self.engine.train()
         rows_metrics: list[dict[str, float]] = []
         step_metrics: list[dict[str, float]] = []
@@ -166,9 +173,12 @@ class PolicyLearner(DeepSpeedRank):
                     # One optimizer step: the weights are still the rollout's, so old = current (ratio 1).
                     old = mb.old_logprobs if mb.old_logprobs is not None else logprobs.detach()
                     weights, wm = self._behaviour_weights(old, mb, algo)
-                    loss, m = policy_loss(logprobs, old, mb.advantages, mask, clip_eps=algo.clip_eps,
-                                          clip_eps_high=algo.clip_eps_high, dual_clip=algo.dual_clip,
-                                          agg=algo.loss_agg, norm_len=algo.norm_len, token_weights=weights)
+                    if supervised:
+                        loss, m = nll_loss(logprobs, mask, agg=algo.loss_agg, norm_len=algo.norm_len)
+                    else:
+                        loss, m = policy_loss(logprobs, old, mb.advantages, mask, clip_eps=algo.clip_eps,
+                                              clip_eps_high=algo.clip_eps_high, dual_clip=algo.dual_clip,
+                                              agg=algo.loss_agg, norm_len=algo.norm_len, token_weights=weights)
                     row = {"policy_loss": float(loss.detach()), **{k: float(v) for k, v in {**m, **wm}.items()}}
                     if kl_term:
                         kl = kl_loss(logprobs, mb.ref_logprobs, mask, estimator=algo.kl_estimator, agg=algo.loss_agg,

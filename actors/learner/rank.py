@@ -141,11 +141,12 @@ class DeepSpeedRank:
         """Fraction of the run's training steps over which the learning rate rises linearly."""
         return self.config.warmup_ratio
 
-    def _apply_lr_schedule(self) -> float:
+    def _apply_lr_schedule(self, lr: float | None = None) -> float:
         """Set the learning rate of this update (training step `self.updates`, 0-based) on every
-        parameter group: `base_lr * warmup_factor(step, warmup)`; every optimizer step of one training
-        step uses it (the papers' unit, `algorithms.schedule`). Returns the learning rate."""
-        lr = self.base_lr * warmup_factor(self.updates, self.warmup)
+        parameter group: `base_lr * warmup_factor(step, warmup)`, or `lr` when given (the warm start's own
+        `train.warm_start.lr`); every optimizer step of one training step uses it (the papers' unit,
+        `algorithms.schedule`). Returns the learning rate."""
+        lr = self.base_lr * warmup_factor(self.updates, self.warmup) if lr is None else lr
         for group in self.engine.optimizer.param_groups:
             group["lr"] = lr
         return lr
