@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             f"routes: POST {url}/v1/search  POST {url}/v1/search/stream  POST {url}/v1/chat/completions  "
             f"GET {url}/v1/models  GET {url}/health  POST {url}/retrieve",
             f"example: curl -s {url}/v1/search -H 'Content-Type: application/json'{auth} -d '{body}'",
+            f"playground: open {url}/ in a browser" + (" (enter SEARCHRL_API_TOKEN in its token field)" if auth else ""),
         ])
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM while still starting
         return 0

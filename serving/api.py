@@ -1,7 +1,9 @@
 """The searcher's HTTP routes (FastAPI), over a `Backend` that runs the episodes.
 
+    GET  /                       the playground page (`serving.playground`; public, its API calls carry the token)
     GET  /health                 200 {"status": "ok", ...} when every deployment answers, else 503 (no auth)
     GET  /v1/models              the served model (OpenAI list format)
+    GET  /v1/limits              what a search request may ask for (max_turns, max_topk, max_timeout_s, temperature)
     POST /v1/search              one question → answer, finish_reason, turns with documents, usage, timings
     POST /v1/search/stream       the same as server-sent events: `turn` per turn, `answer`, `done`
     POST /v1/chat/completions    OpenAI-compatible (plain and `stream: true`); the search trace in `search`
@@ -40,6 +42,7 @@ from serving.errors import (
     QuestionTooLongError,
     UnavailableError,
 )
+from serving.playground import add_playground
 from serving.schemas import (
     ChatCompletionRequest,
     Limits,
@@ -224,4 +227,5 @@ def make_api(backend: Backend, settings: ApiSettings = ApiSettings()) -> FastAPI
         check_bearer(request.headers.get("authorization"), settings.token)
         return await backend.retrieve(request)
 
+    add_playground(app, backend, settings)
     return app
