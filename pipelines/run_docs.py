@@ -16,7 +16,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from recipes.base import DOC_TEMPLATE, Doc, docs_holding_answer
+from recipes.base import DOC_TEMPLATE, Doc
+from recipes.expert import docs_holding_answer
 
 
 class CorpusDocs:

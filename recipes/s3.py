@@ -39,12 +39,11 @@ from recipes.base import (
     Scorer,
     Search,
     Select,
-    after_prefix,
-    docs_holding_answer,
     format_docs,
     prefilled,
     require_scorer,
 )
+from recipes.expert import after_prefix, docs_holding_answer
 from recipes.metrics import cover_exact_match, exact_match, f1_score, gen_acc, normalize_answer
 from recipes.tags import Block, clean, find_blocks
 

@@ -23,10 +23,9 @@ from recipes.base import (
     Recipe,
     RecipeConfig,
     Search,
-    after_prefix,
-    docs_holding_answer,
     prefilled,
 )
+from recipes.expert import after_prefix, docs_holding_answer
 from recipes.metrics import span_check
 from recipes.tags import clean, find_blocks
 
