@@ -22,9 +22,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from recipes.scorer import ANSWER_PROMPT, Scorer, ScorerRequiredError, require_scorer  # noqa: F401 - re-exported
 
 # ----------------------------------------------------------------------------- documents
 
@@ -233,43 +235,6 @@ class Episode:
     def num_steps(self) -> int:
         """Environment steps counted against `max_turns`: search and invalid actions."""
         return sum(isinstance(t.action, (Search, Invalid)) for t in self.turns)
-
-
-# ----------------------------------------------------------------------------- scorer
-
-
-ANSWER_PROMPT = (
-    "Use the following contexts (some might be irrelevant) on demand:\n"
-    "Contexts: {context}\n"
-    "Question: {question}\n"
-    "Important: You MUST directly answer the question without any other text."
-)
-"""Answer generation from a context by a frozen LLM (s3 Fig. 12); also the naive-RAG prompt."""
-
-
-class Scorer(Protocol):
-    """Frozen LLMs a reward may need; injected so rewards run with a scripted scorer in tests and
-    with LLM actors in training.
-
-    `generate_answer` fills `template` (placeholders `{question}`, `{context}`) and returns the
-    frozen generator's answer; `judge` is s3's judge_check (Fig. 13): does the response contain a
-    gold answer?
-    """
-
-    def generate_answer(self, question: str, context: str, template: str = ANSWER_PROMPT) -> str: ...
-
-    def judge(self, response: str, golden_answers: Sequence[str]) -> bool: ...
-
-
-class ScorerRequiredError(ValueError):
-    """A reward needs a frozen LLM and no scorer was given."""
-
-
-def require_scorer(scorer: Scorer | None, recipe: str) -> Scorer:
-    """Return the scorer or raise `ScorerRequiredError` naming the recipe."""
-    if scorer is None:
-        raise ScorerRequiredError(f"recipe {recipe!r} computes its reward with a frozen LLM: pass scorer=")
-    return scorer
 
 
 # ----------------------------------------------------------------------------- recipe
