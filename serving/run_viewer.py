@@ -44,22 +44,14 @@ def _params(request: Request, allowed: tuple[str, ...]) -> Mapping[str, str]:
     return request.query_params
 
 
-def _int(value: str | None, name: str, default: int) -> int:
+def _number(value: str | None, name: str, default: float, kind: type = int):
+    """`value` read as `kind` (int or float); `default` when absent. Raises BadRequest (a 4xx) naming `name`."""
     if value is None or value == "":
         return default
     try:
-        return int(value)
+        return kind(value)
     except ValueError:
-        raise BadRequest(f"{name}: got {value!r}; expected an integer") from None
-
-
-def _float(value: str | None, name: str, default: float) -> float:
-    if value is None or value == "":
-        return default
-    try:
-        return float(value)
-    except ValueError:
-        raise BadRequest(f"{name}: got {value!r}; expected a number") from None
+        raise BadRequest(f"{name}: got {value!r}; expected {'an integer' if kind is int else 'a number'}") from None
 
 
 def make_viewer_app(view: RunView) -> FastAPI:
@@ -86,14 +78,14 @@ def make_viewer_app(view: RunView) -> FastAPI:
         """Filtered, paginated evaluation episodes (`RunView.list_episodes`)."""
         q = _params(request, ("method", "dataset", "f1_min", "f1_max", "offset", "limit"))
         return view.list_episodes(q.get("method") or None, q.get("dataset") or None,
-                                  _float(q.get("f1_min"), "f1_min", 0.0), _float(q.get("f1_max"), "f1_max", 1.0),
-                                  _int(q.get("offset"), "offset", 0), _int(q.get("limit"), "limit", 50))
+                                  _number(q.get("f1_min"), "f1_min", 0.0, float), _number(q.get("f1_max"), "f1_max", 1.0, float),
+                                  _number(q.get("offset"), "offset", 0), _number(q.get("limit"), "limit", 50))
 
     @app.get("/api/episodes/{n}")
     def episode(n: str, request: Request) -> dict[str, Any]:
         """One episode in full (`RunView.episode`)."""
         _params(request, ())
-        return view.episode(_int(n, "episode", -1))
+        return view.episode(_number(n, "episode", -1))
 
     @app.get("/api/question")
     def question(request: Request) -> dict[str, Any]:
@@ -107,8 +99,8 @@ def make_viewer_app(view: RunView) -> FastAPI:
     def rollouts(step: str, request: Request) -> dict[str, Any]:
         """A training step's rollouts (`RunView.rollouts`), at most `MAX_PAGE` a request."""
         q = _params(request, ("offset", "limit"))
-        return view.rollouts(_int(step, "step", -1), _int(q.get("offset"), "offset", 0),
-                             _int(q.get("limit"), "limit", min(20, MAX_PAGE)))
+        return view.rollouts(_number(step, "step", -1), _number(q.get("offset"), "offset", 0),
+                             _number(q.get("limit"), "limit", min(20, MAX_PAGE)))
 
     @app.get("/reward_curves.png", include_in_schema=False)
     def reward_curves() -> FileResponse:
