@@ -99,6 +99,10 @@ class LearnerConfig(StrictModel):
         "reference model stay eager): Inductor fuses the "
         "elementwise kernels around the matmuls, which were about half of a 1.5B update's GPU time in eager mode. "
         "Each new sequence length's first pass compiles (seconds to a minute).")
+    liger: bool = Field(
+        False, description="GPU only: Liger Kernel's fused RMSNorm, rotary embedding and SwiGLU/GeGLU Triton kernels "
+        "in the policy and the reference model (actors.learner.liger; pip install liger-kernel on the GPU machines). "
+        "Every log-prob pass keeps the chunked LM head: Liger's fused losses return no per-token entropy.")
     freeze_embeddings: bool = Field(
         False, description="Keep the input embeddings (and an LM head tied to them) out of the update: no gradient "
         "or optimizer state for them (Gemma 3 270M: 168M of its 268M parameters, about 2 GB in fp32 with AdamW).")
@@ -185,6 +189,15 @@ class LearnerConfig(StrictModel):
         if self.mini_batch_size % self.num_ranks:
             raise ValueError(f"learner.mini_batch_size ({self.mini_batch_size}) must be a multiple of "
                              f"learner.num_ranks ({self.num_ranks})")
+        return self
+
+    @model_validator(mode="after")
+    def _liger_needs_gpu(self) -> LearnerConfig:
+        """Liger's kernels are Triton GPU kernels: refused on a CPU learner before any actor starts."""
+        if self.liger and self.gpus_per_rank <= 0:
+            raise ValueError("learner.liger needs GPUs (Liger Kernel's RMSNorm, RoPE and SwiGLU are Triton GPU "
+                             f"kernels), but learner.gpus_per_rank is {self.gpus_per_rank:g}; set learner.liger: "
+                             "false on CPU, or learner.gpus_per_rank > 0")
         return self
 
     @model_validator(mode="after")

@@ -119,3 +119,66 @@ def test_compiled_layers_give_the_eager_logprobs_and_gradients(tiny_gemma_dir):
     (eager_lp, eager_grad), (comp_lp, comp_grad) = results
     assert torch.allclose(eager_lp, comp_lp, atol=1e-5) and eager_lp.abs().sum() > 0
     assert torch.allclose(eager_grad, comp_grad, atol=1e-5, rtol=1e-3)
+
+
+def test_liger_is_refused_on_a_cpu_learner_before_any_actor_starts():
+    """`learner.liger` (issue 52): Liger's kernels are Triton GPU kernels, so a CPU learner's config fails at
+    validation, naming the key; on GPUs the option validates."""
+    from configs.schema import Config, LearnerConfig
+
+    with pytest.raises(ValueError, match="learner.liger needs GPUs.*learner.liger: false"):
+        LearnerConfig(liger=True)
+    with pytest.raises(ValueError, match="learner.liger"):
+        Config(learner={"liger": True, "gpus_per_rank": 0})
+    assert LearnerConfig(liger=True, gpus_per_rank=1).liger and not LearnerConfig().liger
+
+
+def test_apply_liger_names_the_package_or_the_model_and_keeps_the_chunked_head(tiny_gemma_dir, monkeypatch):
+    """Without `liger_kernel` the error names the package and the key; Liger's patch does nothing for a model type
+    it does not know, so that is refused by name; a known one is patched with the norm, RoPE and MLP kernels and
+    none of the loss-replacing ones (the learner's chunked LM head computes every log-prob)."""
+    import sys
+    import types
+
+    from transformers import AutoModelForCausalLM
+
+    from actors.learner.liger import apply_liger
+
+    lm = AutoModelForCausalLM.from_pretrained(tiny_gemma_dir, dtype=torch.float32)
+    monkeypatch.setitem(sys.modules, "liger_kernel", None)  # as on a machine without it
+    with pytest.raises(ImportError, match="pip install liger-kernel.*learner.liger=false"):
+        apply_liger(lm)
+
+    calls = []
+    patch = types.ModuleType("liger_kernel.transformers.monkey_patch")
+    patch.MODEL_TYPE_TO_APPLY_LIGER_FN = {"qwen2": None, "llama": None}
+    patch._apply_liger_kernel_to_instance = lambda model, **kernels: calls.append((model, kernels))
+    monkeypatch.setitem(sys.modules, "liger_kernel", types.ModuleType("liger_kernel"))
+    monkeypatch.setitem(sys.modules, "liger_kernel.transformers", types.ModuleType("liger_kernel.transformers"))
+    monkeypatch.setitem(sys.modules, "liger_kernel.transformers.monkey_patch", patch)
+    with pytest.raises(ValueError, match=f"no kernels for model type '{lm.config.model_type}'.*learner.liger=false"):
+        apply_liger(lm)
+    assert not calls
+    patch.MODEL_TYPE_TO_APPLY_LIGER_FN[lm.config.model_type] = None
+    assert apply_liger(lm) == lm.config.model_type
+    [(model, kernels)] = calls
+    assert model is lm
+    assert kernels["rms_norm"] and kernels["rope"] and kernels["swiglu"] and kernels["geglu"]
+    assert not kernels["cross_entropy"] and not kernels["fused_linear_cross_entropy"]
+
+
+def _liger_importable() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("liger_kernel") is not None
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not _liger_importable(), reason="needs a CUDA GPU and liger_kernel")
+def test_liger_gives_the_eager_logprobs_and_gradients_on_a_gpu():
+    """On a GPU: Liger's kernels change the summation order, not the model (the Qwen2.5-1.5B architecture, 4 layers,
+    fp32, random init)."""
+    from scripts.probes.liger_agreement import agreement
+
+    result = agreement("configs/architectures/qwen2.5-1.5b", layers=4)
+    assert result["max_abs_logprob_diff"] < 1e-3 * max(1.0, result["mean_abs_logprob"])
+    assert result["grad_cosine"] > 0.999

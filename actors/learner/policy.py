@@ -75,6 +75,10 @@ class PolicyLearner(DeepSpeedRank):
             lm.get_input_embeddings().weight.requires_grad_(False)
         if self.config.gradient_checkpointing:  # True or auto (then switched per micro-batch)
             lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if self.config.liger:  # before LoRA and compile wrap the modules it patches
+            from actors.learner.liger import apply_liger
+
+            apply_liger(lm)
         self._decoder = lm
         if self.config.lora:  # only the adapters train (actors.learner.lora)
             lm = add_lora(lm, self.config.lora, bool(self.config.gradient_checkpointing))

@@ -33,6 +33,10 @@ class ReferenceModel:
         self.device = torch.device("cuda" if self.config.gpus_per_rank > 0 and torch.cuda.is_available() else "cpu")
         path = resolve_model(self.config.reference_model or self.config.model)
         lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(self.config.dtype)).to(self.device).eval()
+        if self.config.liger:
+            from actors.learner.liger import apply_liger
+
+            apply_liger(lm)
         self.module = PolicyTokenStats(lm, self.config.logprob_chunk_tokens, temperature, self.config.shared_prefix)
 
     @torch.no_grad()
