@@ -5,7 +5,8 @@
 
 The policy runs recipe `train.recipe` on the checkpoint's `policy/hf/` model (or on `learner.model`
 without `--checkpoint`); `direct` and `naive_rag` answer with the frozen generator (`frozen.model`);
-`untrained` runs the recipe on `learner.model`. For s3 the frozen generator answers from the
+`untrained` runs the recipe on `learner.model`; `warm_start` on the warm-started policy of the
+`--checkpoint` run (`train.warm_start`: the "warm start only" row); `rstool` is R-Search's tool mode. For s3 the frozen generator answers from the
 searcher's selected context. GenAcc's judge is `frozen.judge_model` (default `frozen.model`).
 `--qa` is a file path or a data pack file name (e.g. test.jsonl.gz). Writes `results.json`,
 `results.md` and `predictions.jsonl` to `--out` and prints the table. See `pipelines/evaluate.py`.
@@ -18,6 +19,7 @@ import json
 import sys
 from pathlib import Path
 
+from pipelines.eval_inputs import METHODS
 from scripts.cli import announce_machine, parse_config, user_errors
 
 
@@ -38,7 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample", action="store_true",
                         help="with --limit: N questions spread over the file's datasets (seeded by `seed`)")
     parser.add_argument("--methods", default="direct,naive_rag,policy",
-                        help="comma-separated: direct, naive_rag, policy, untrained (default: %(default)s)")
+                        help="comma-separated, of: " + ", ".join(METHODS) + " (default: %(default)s); "
+                             "results.md gives paired 95%% intervals of policy - untrained, - warm_start, "
+                             "- naive_rag and warm_start - untrained, for those evaluated")
     args, cfg = parse_config(parser, argv)
     announce_machine(cfg)
     from pipelines.evaluate import EvaluationError, evaluate, format_markdown, timing_line
