@@ -6,8 +6,9 @@
 The policy runs recipe `train.recipe` on the checkpoint's `policy/hf/` model (or on `learner.model`
 without `--checkpoint`); `direct` and `naive_rag` answer with the frozen generator (`frozen.model`);
 `untrained` runs the recipe on `learner.model`; `warm_start` on the warm-started policy of the
-`--checkpoint` run (`train.warm_start`: the "warm start only" row); `rstool` is R-Search's tool mode. For s3 the frozen generator answers from the
-searcher's selected context. GenAcc's judge is `frozen.judge_model` (default `frozen.model`).
+`--checkpoint` run (`train.warm_start`: the "warm start only" row); `rstool` is R-Search's tool mode.
+For s3 the frozen generator answers from the searcher's selected context. GenAcc's judge is
+`frozen.judge_model` (default `frozen.model`).
 `--qa` is a file path or a data pack file name (e.g. test.jsonl.gz). Writes `results.json`,
 `results.md` and `predictions.jsonl` to `--out` and prints the table. See `pipelines/evaluate.py`.
 """
