@@ -182,3 +182,22 @@ def test_liger_gives_the_eager_logprobs_and_gradients_on_a_gpu():
     result = agreement("configs/architectures/qwen2.5-1.5b", layers=4)
     assert result["max_abs_logprob_diff"] < 1e-3 * max(1.0, result["mean_abs_logprob"])
     assert result["grad_cosine"] > 0.999
+
+
+def test_a_limited_cpu_capability_gets_its_own_inductor_cache(monkeypatch):
+    """Inductor's cache does not key CPU kernels by ATEN_CPU_CAPABILITY: AVX-512 kernels reused under avx2 gave
+    NaN log-probs. A limited capability gets a folder of its own; a folder the user chose is kept."""
+    import os
+
+    from actors.learner.compiled import cache_per_cpu_capability
+
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    assert cache_per_cpu_capability() is None and not os.environ.get("TORCHINDUCTOR_CACHE_DIR", "").endswith("-avx2")
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "AVX2")
+    folder = cache_per_cpu_capability()
+    assert folder.endswith("-avx2") and os.environ["TORCHINDUCTOR_CACHE_DIR"] == folder
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", folder.removesuffix("-avx2"))  # torch's default, set by torch
+    assert cache_per_cpu_capability() == folder
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/chosen")
+    assert cache_per_cpu_capability() is None and os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/chosen"

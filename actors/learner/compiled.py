@@ -9,6 +9,8 @@ of one layer; a new sequence length recompiles once, then shapes are treated as 
 
 from __future__ import annotations
 
+import os
+
 from torch import nn
 
 
@@ -27,9 +29,28 @@ def decoder_layers(lm: nn.Module) -> nn.ModuleList:
     return layers
 
 
+def cache_per_cpu_capability() -> str | None:
+    """Give a limited `ATEN_CPU_CAPABILITY` (e.g. the AVX2-limited environment of `configs.cpu_features`) an
+    Inductor cache folder of its own; returns the folder set, or None (no limit, or `TORCHINDUCTOR_CACHE_DIR`
+    already chosen).
+
+    Why: Inductor's on-disk cache does not key CPU kernels by the capability (torch 2.13). Kernels built under
+    AVX-512 were reused under `ATEN_CPU_CAPABILITY=avx2` on the same machine and gave NaN log-probs (measured
+    here, 2026-11-29; a fresh cache gave the eager values)."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    capability = os.environ.get("ATEN_CPU_CAPABILITY")
+    default = os.path.abspath(default_cache_dir())  # importing torch's modules may already have set it
+    if not capability or os.environ.get("TORCHINDUCTOR_CACHE_DIR", default) != default:
+        return None
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder = f"{default}-{capability.lower()}"
+    return folder
+
+
 def compile_layers(lm: nn.Module, dynamic: bool | None = None) -> int:
     """`torch.compile` every decoder layer of `lm` in place (`nn.Module.compile`); returns how many. The
     compiled graphs are built at each layer's first call, so adapters injected before then are in them."""
+    cache_per_cpu_capability()
     layers = decoder_layers(lm)
     for layer in layers:
         layer.compile(dynamic=dynamic)

@@ -86,15 +86,22 @@ class OpenVINOTransformer:
 
     Args:
         xml: the IR from `export_ir`.
-        precision: "fp32" (f32 kernels) or "bf16" (bf16 kernels, fp32 outputs).
+        precision: "fp32" (f32 kernels) or "bf16" (bf16 kernels, fp32 outputs; f32 kernels on a CPU without native
+            bf16, `configs.cpu_features`: `self.precision` is what runs).
         threads: CPU threads for inference (None = OpenVINO's default, all cores).
     """
 
     def __init__(self, xml: Path, precision: str, threads: int | None):
         import openvino as ov
 
+        from configs.cpu_features import host_cpu
+
+        # Where torch would emulate bf16, OpenVINO's own CPU plugin falls back to f32 kernels by itself, except
+        # under ONEDNN_MAX_CPU_ISA: it reads the CPU's flags, its bundled oneDNN the limit, and compiling failed
+        # ("Supported primitive descriptors list is empty for node: Softmax", 2026-11-29). So f32 there too.
+        self.precision = precision if precision != "bf16" or host_cpu().native_bf16 else "fp32"
         config = {
-            "INFERENCE_PRECISION_HINT": "bf16" if precision == "bf16" else "f32",
+            "INFERENCE_PRECISION_HINT": "bf16" if self.precision == "bf16" else "f32",
             "PERFORMANCE_HINT": "LATENCY",  # one request at a time, all threads on it
             "ENABLE_CPU_PINNING": False,  # cores are shared with Ray and other actors: pinned threads stall
         }
