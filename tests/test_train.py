@@ -183,11 +183,21 @@ def test_every_recipe_config_loads_and_builds_its_recipe(path):
     assert (total_resources(plan_roles(cfg))["GPU"] > 0) == path.endswith("_gpu.yaml")
 
 
-# r1_searcher runs above (GRPO, stages, resume); these are the other trainable recipes through their configs.
+def _step_keys(cfg, components: set[str]) -> set[str]:
+    """The metric keys every training step's row holds under `cfg`, with its recipe's reward `components`."""
+    expected = {"rollout/reward_mean", "rollout/reward_std", "rollout/response_tokens", "rollout/turns_per_episode",
+                "rollout/searches_per_episode", "rollout/valid_action_rate", "rollout/retrieval_latency_s",
+                "rollout/score_s_per_episode", "rollout/finish/max_turns", "actor/policy_loss", "actor/entropy",
+                "actor/clip_frac", "actor/grad_norm", "time/rollout_s", "time/update_s", "time/sync_s",
+                *(f"rollout/reward/{c}" for c in components)}
+    return expected | ({"critic/value_loss"} if cfg.algorithm.needs_critic else set())
+
+
+# r1_searcher runs above (GRPO, stages, resume); search_r1's own step keys are checked by the expert warm
+# start's run (its config, one step after the warm start); these are the other trainable recipes.
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe, components", [
     ("s3", {"gen_acc_s3", "gen_acc_rag", "gain_beyond_rag"}),
-    ("search_r1", {"em"}),
     ("r_search", {"answer_f1", "evidence_f1", "format"}),
     ("eval_rar", {"answer_em", "eval_contains_gold", "eval_reward"}),
 ])
@@ -205,13 +215,7 @@ def test_every_recipe_trains_two_steps(ray_local, small_index, tiny_gemma_dir, t
     assert [r["step"] for r in rows] == [0, 1, 2]  # step 0: the dev evaluation before any update
     assert {"dev/answer_f1", "dev/answer_cover_em"} <= set(rows[0]) and "rollout/reward_mean" not in rows[0]
     rows = rows[1:]
-    expected = {"rollout/reward_mean", "rollout/reward_std", "rollout/response_tokens", "rollout/turns_per_episode",
-                "rollout/searches_per_episode", "rollout/valid_action_rate", "rollout/retrieval_latency_s",
-                "rollout/score_s_per_episode", "rollout/finish/max_turns", "actor/policy_loss", "actor/entropy",
-                "actor/clip_frac", "actor/grad_norm", "time/rollout_s", "time/update_s", "time/sync_s",
-                *(f"rollout/reward/{c}" for c in components)}
-    if cfg.algorithm.needs_critic:
-        expected |= {"critic/value_loss"}
+    expected = _step_keys(cfg, components)
     assert expected <= set(rows[0]), sorted(expected - set(rows[0]))
     assert rows[0]["actor/grad_norm"] > 0  # reported under the CPU configs' ZeRO-0 too
     assert "dev/reward_mean" in rows[1]
@@ -357,6 +361,8 @@ def test_warm_start_fine_tunes_before_step_one(ray_local, small_index, tiny_gemm
         assert warm["warm_start/episodes"] == 12 and 1 <= warm["warm_start/kept"] < 12
         assert warm["warm_start/kept_reward_mean"] == 1.0
         assert rows[2][VISITS] == 2 + 12 and warm[VISITS] == 12
+        assert _step_keys(cfg, {"em"}) <= set(rows[2]), sorted(_step_keys(cfg, {"em"}) - set(rows[2]))
+        assert rows[2]["actor/grad_norm"] > 0
         # the KL anchor is the warm-started policy: step 1 samples from it, so the KL to it is ~0
         assert abs(rows[2]["actor/kl_to_ref_rollout"]) < 1e-3
         assert (run_dir / "checkpoints" / "warm-start" / "policy" / "hf" / "model.safetensors").is_file()
