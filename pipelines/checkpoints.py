@@ -7,11 +7,17 @@ complete checkpoint. The newest `train.keep_checkpoints` stay whole; of the olde
 by dev answer F1 (`dev_answer_f1` in its state, when the run evaluated at a saved step) stays, with its
 `hf/` weights alone; the rest are deleted, so a run's disk is bounded however long it runs (for Gemma 3
 270M the DeepSpeed state is ~3.5 GB a role, the weights 0.5).
+
+A run with `train.warm_start` also has `checkpoints/warm-start/` (the warm-started policy's `policy/hf/`,
+not resumable; its `trainer_state.json` holds its dev answer F1 once evaluated). `checkpoints/best` is a
+link to the best of all of them by dev answer F1, the warm start included (held-out early stopping):
+`scripts.evaluate --checkpoint runs/<run>/checkpoints/best` evaluates it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,10 +27,16 @@ _TOKENIZER = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
 
 STATE_FILE = "trainer_state.json"
 DEEPSPEED_DIR = "deepspeed"
+WARM_START_NAME = "warm-start"
+"""The warm-started policy's folder under `<run>/checkpoints/` (it comes before step 1)."""
+BEST_NAME = "best"
+"""The link under `<run>/checkpoints/` to the best checkpoint by dev answer F1 (`name_best_checkpoint`)."""
 
 
 def checkpoint_step(checkpoint: Path) -> int:
-    """The completed steps a checkpoint folder holds: n of `step-<n>`."""
+    """The completed steps a checkpoint folder holds: n of `step-<n>`; 0 for the warm start's folder."""
+    if checkpoint.name == WARM_START_NAME:
+        return 0
     return int(checkpoint.name.split("-")[1])
 
 
@@ -47,14 +59,53 @@ def last_checkpoint(run_dir: str | Path, resumable: bool = True) -> Path | None:
 
 
 def best_checkpoint(checkpoints: Sequence[Path]) -> Path | None:
-    """The checkpoint with the highest `dev_answer_f1` in its state (the newest on a tie), or None
-    when none has one."""
+    """The checkpoint with the highest `dev_answer_f1` in its state (the newest on a tie; the warm start
+    counts as step 0, before step 1), or None when none has one."""
     scored = []
     for ckpt in checkpoints:
         f1 = json.loads((ckpt / STATE_FILE).read_text()).get("dev_answer_f1")
         if f1 is not None:
-            scored.append((float(f1), checkpoint_step(ckpt), ckpt))
-    return max(scored)[2] if scored else None
+            scored.append((float(f1), checkpoint_step(ckpt), ckpt.name != WARM_START_NAME, ckpt))
+    return max(scored)[3] if scored else None
+
+
+def name_best_checkpoint(run_dir: str | Path) -> Path | None:
+    """Point `<run>/checkpoints/best` at the best checkpoint by dev answer F1 (`best_checkpoint`) of the
+    run's complete `step-<n>` checkpoints and its warm start (when its state holds a dev F1): a relative
+    link, replaced atomically, so a reader never finds it half made. Returns the checkpoint it names, or
+    None (and no link) when none has a dev F1."""
+    root = Path(run_dir) / "checkpoints"
+    candidates = complete_checkpoints(run_dir)
+    warm = root / WARM_START_NAME
+    if (warm / STATE_FILE).is_file():
+        candidates = [warm, *candidates]
+    best = best_checkpoint(candidates)
+    link = root / BEST_NAME
+    if best is None:
+        if link.is_symlink():
+            link.unlink()
+        return None
+    tmp = root / f".{BEST_NAME}.tmp"
+    if tmp.is_symlink() or tmp.exists():
+        tmp.unlink()
+    tmp.symlink_to(best.name, target_is_directory=True)
+    os.replace(tmp, link)
+    return best
+
+
+def record_warm_start_dev(run_dir: str | Path, dev_answer_f1: float) -> Path:
+    """Write the warm start's `trainer_state.json` (step 0, not resumable, its dev answer F1) into
+    `<run>/checkpoints/warm-start/`, so `name_best_checkpoint` weighs it against the RL checkpoints.
+
+    Raises:
+        FileNotFoundError: the run has no warm-started policy (`policy/hf/`) to describe.
+    """
+    warm = Path(run_dir) / "checkpoints" / WARM_START_NAME
+    if not (warm / "policy" / "hf").is_dir():
+        raise FileNotFoundError(f"{warm / 'policy' / 'hf'}: no warm-started policy to record a dev F1 for")
+    (warm / STATE_FILE).write_text(json.dumps({"step": 0, "warm_start": True, "resumable": False,
+                                               "dev_answer_f1": float(dev_answer_f1)}))
+    return warm
 
 
 def prune_checkpoints(run_dir: str | Path, keep: int) -> list[Path]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from pipelines.checkpoints import last_checkpoint
+from pipelines.checkpoints import last_checkpoint, name_best_checkpoint, record_warm_start_dev
 from pipelines.graceful_stop import GracefulStop, StopRequested, TrainingStopped, stop_request
 from pipelines.train_metrics import step_summary
 
@@ -79,6 +79,9 @@ def run_loop(trainer: Any, start_step: int, stop: GracefulStop | None = None) ->
             if 0 in dev_due and warm.get("warm_start/kept"):  # the warm start only: the dev curve's second point
                 show("dev evaluation")
                 warm.update(trainer.evaluate_dev(0, warm_started=True))
+                if "dev/answer_f1" in warm:  # weighed against the RL checkpoints by `checkpoints/best`
+                    record_warm_start_dev(trainer.run_dir, warm["dev/answer_f1"])
+                    name_best_checkpoint(trainer.run_dir)
             trainer.tracker.log(warm, step=0)
             stop.check()
         step = start_step

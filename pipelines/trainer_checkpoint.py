@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipelines.checkpoints import STATE_FILE, dir_bytes, prune_checkpoints
+from pipelines.checkpoints import STATE_FILE, dir_bytes, name_best_checkpoint, prune_checkpoints
 
 log = logging.getLogger(__name__)
 
@@ -19,7 +19,8 @@ def save_checkpoint(trainer: Any, step: int) -> Path:
     `trainer_state.json` (written last: its presence marks a complete checkpoint), with the step's dev
     answer F1 when it was evaluated and, in `train.async_mode: fully`, the groups trained so far (the
     rest are generated again on --resume). Older checkpoints beyond `train.keep_checkpoints` are
-    deleted, but for the best by dev F1, which keeps its Hugging Face weights (`prune_checkpoints`).
+    deleted, but for the best by dev F1, which keeps its Hugging Face weights (`prune_checkpoints`);
+    `checkpoints/best` names the best by dev F1, the warm start included (`name_best_checkpoint`).
     The learner snapshot (`train.learner_recovery: snapshot`), older now, is removed. Returns the folder."""
     path = trainer.run_dir / "checkpoints" / f"step-{step}"
     trainer.policy.save_checkpoint(str(path))
@@ -41,6 +42,10 @@ def save_checkpoint(trainer: Any, step: int) -> Path:
         else:
             log.info("checkpoint %s: deleted (train.keep_checkpoints)", old.name)
     log.info("checkpoint %s: %.2f GB", path.name, dir_bytes(path) / 1e9)
+    best = name_best_checkpoint(trainer.run_dir)
+    if best is not None:
+        log.info("checkpoint best: %s (dev answer F1 %.4f)", best.name,
+                 json.loads((best / STATE_FILE).read_text())["dev_answer_f1"])
     return path
 
 

@@ -23,9 +23,11 @@ import logging
 import random
 from typing import Any, Sequence
 
+from pipelines.checkpoints import WARM_START_NAME
+
 log = logging.getLogger(__name__)
 
-WARM_START_DIR = "checkpoints/warm-start"
+WARM_START_DIR = f"checkpoints/{WARM_START_NAME}"
 """Where a run keeps its warm-started policy (`<run>/checkpoints/warm-start/policy/hf`), beside `step-<n>`."""
 
 

@@ -13,7 +13,10 @@ from pipelines.checkpoints import (
     dir_bytes,
     is_resumable,
     last_checkpoint,
+    name_best_checkpoint,
+    policy_model_dir,
     prune_checkpoints,
+    record_warm_start_dev,
 )
 
 
@@ -76,3 +79,37 @@ def test_last_checkpoint_skips_pruned_ones_for_resume(tmp_path):
     assert last_checkpoint(tmp_path, resumable=False).name == "step-2"
     with pytest.raises(ValueError, match="keep_checkpoints must be >= 1"):
         prune_checkpoints(tmp_path, keep=0)
+
+
+def _warm_start(run):
+    hf = run / "checkpoints" / "warm-start" / "policy" / "hf"
+    hf.mkdir(parents=True)
+    for name, text in (("config.json", "{}"), ("model.safetensors", "w"), ("tokenizer.json", "{}")):
+        (hf / name).write_text(text)
+    return hf
+
+
+def test_best_names_the_best_by_dev_f1_with_the_warm_start_weighed_in(tmp_path):
+    """`checkpoints/best` follows the best dev F1 through pruning; the warm start is a candidate once its
+    dev F1 is recorded, and loses a tie to a later step (the newest on a tie)."""
+    best = tmp_path / "checkpoints" / "best"
+    _checkpoint(tmp_path, 5)  # no dev F1 anywhere: no link
+    assert name_best_checkpoint(tmp_path) is None and not best.is_symlink()
+    with pytest.raises(FileNotFoundError, match="no warm-started policy"):
+        record_warm_start_dev(tmp_path, 0.3)
+    _warm_start(tmp_path)
+    record_warm_start_dev(tmp_path, 0.30)
+    assert name_best_checkpoint(tmp_path).name == "warm-start"
+    assert best.is_symlink() and best.readlink().name == "warm-start"  # relative: the run can move
+    assert policy_model_dir(best)[0] == (tmp_path / "checkpoints" / "warm-start" / "policy" / "hf").resolve()
+    assert [p.name for p in complete_checkpoints(tmp_path)] == ["step-5"]  # never resumed from or pruned
+    _checkpoint(tmp_path, 10, dev_f1=0.25)
+    assert name_best_checkpoint(tmp_path).name == "warm-start"  # RL below the warm start: it stays the best
+    _checkpoint(tmp_path, 20, dev_f1=0.30)
+    assert name_best_checkpoint(tmp_path).name == "step-20"  # a tie: the later one
+    _checkpoint(tmp_path, 30, dev_f1=0.10)
+    _checkpoint(tmp_path, 40, dev_f1=0.20)
+    prune_checkpoints(tmp_path, keep=1)
+    assert [p.name for p in complete_checkpoints(tmp_path)] == ["step-20", "step-40"]
+    assert name_best_checkpoint(tmp_path).name == "step-20" and (best / "policy" / "hf").is_dir()
+    assert not (tmp_path / "checkpoints" / ".best.tmp").exists()

@@ -366,3 +366,8 @@ def test_warm_start_fine_tunes_before_step_one(ray_local, small_index, tiny_gemm
         # the KL anchor is the warm-started policy: step 1 samples from it, so the KL to it is ~0
         assert abs(rows[2]["actor/kl_to_ref_rollout"]) < 1e-3
         assert (run_dir / "checkpoints" / "warm-start" / "policy" / "hf" / "model.safetensors").is_file()
+        state = json.loads((run_dir / "checkpoints" / "warm-start" / "trainer_state.json").read_text())
+        assert state["dev_answer_f1"] == pytest.approx(warm["dev/answer_f1"]) and state["resumable"] is False
+        best = (run_dir / "checkpoints" / "best").resolve()  # the warm start weighed against step 1
+        want = "warm-start" if warm["dev/answer_f1"] > rows[2].get("dev/answer_f1", -1.0) else "step-1"
+        assert best.name == want, (best, warm["dev/answer_f1"], rows[2].get("dev/answer_f1"))
