@@ -112,6 +112,8 @@ class DevTrainer:
         return {"dev/answer_f1": 0.5 if warm_started else 0.01 * step, "time/eval_s": 1.0}
 
     def warm_start(self) -> dict[str, float]:
+        if self.kept:  # as pipelines.warm_start: the warm-started policy is kept
+            (self.run_dir / "checkpoints" / "warm-start" / "policy" / "hf").mkdir(parents=True, exist_ok=True)
         return {"warm_start/kept": float(self.kept)}
 
     def save(self, step: int) -> None:
@@ -140,6 +142,7 @@ def test_a_warm_start_gets_its_own_dev_point_after_the_untrained_one(tmp_path):
     assert trainer.evaluated == [0, "warm start", 2]
     assert [s for s, _ in trainer.logged] == [0, 0, 1, 2]
     assert trainer.logged[1][1] == {"warm_start/kept": 5.0, "dev/answer_f1": 0.5, "time/eval_s": 1.0}
+    assert (tmp_path / "checkpoints" / "best").resolve().name == "warm-start"  # its dev F1 recorded and weighed
     nothing = DevTrainer(tmp_path, total=2, eval_every=2)
     nothing.cfg.train.warm_start, nothing.kept = SimpleNamespace(questions=8), 0
     run_loop(nothing, 0)
