@@ -343,6 +343,11 @@ class TrainConfig(StrictModel):
     shuffle: bool = Field(True, description="Shuffle training questions each epoch (seeded).")
     eval_every: int = Field(0, ge=0, description="Dev-split evaluation every N steps; 0 = only at the end.")
     eval_questions: int = Field(32, ge=0, description="Dev questions per evaluation; 0 = no evaluation.")
+    eval_untrained: bool = Field(
+        True, description="With eval_every > 0, evaluate the starting policy on dev before any update (step 0, the "
+        "curve's first point). false skips it where its score is known (another seed or length of a measured setting: "
+        "the untrained 270M policy's 256-question dev evaluation costs ~12 minutes on 2 cores); the warm start's own dev "
+        "point is kept.")
     save_every: int = Field(10, ge=0, description="Checkpoint every N steps (and at the end); 0 = only at the end.")
     keep_checkpoints: int = Field(
         1, ge=1, description="Newest checkpoints kept whole (weights, optimizer, scheduler: what --resume needs). Of "

@@ -68,7 +68,7 @@ def run_loop(trainer: Any, start_step: int, stop: GracefulStop | None = None) ->
 
     trainer.on_phase = show
     try:
-        if 0 in dev_due:  # the untrained policy's score: where the dev curve starts
+        if 0 in dev_due and getattr(cfg.train, "eval_untrained", True):  # the untrained policy's score: the curve's start
             show("dev evaluation")
             dev = trainer.evaluate_dev(0)
             if dev:  # {} with train.eval_questions 0: no row

@@ -50,6 +50,17 @@ def question_visits(cfg: Config, steps: int) -> float:
     return float(steps * cfg.train.questions_per_step + warm)
 
 
+def trained_rows(algorithm: Any, advantages: torch.Tensor, batch: Any) -> torch.Tensor:
+    """`[n]` int64: the rows of `batch` (a `TrainBatch`) that the policy update trains on: all of them, or with
+    `algorithm.skip_zero_advantage` those outside groups whose advantages are all 0 (the update leaves those out:
+    `algorithms.zero_advantage_groups`, DAPO §3.2), so no log-prob pass runs over rows no loss reads."""
+    from algorithms.advantages import zero_advantage_groups
+
+    if not algorithm.skip_zero_advantage:
+        return torch.arange(batch.size)
+    return (~zero_advantage_groups(advantages, batch.loss_mask, batch.group_ids)).nonzero().flatten()
+
+
 class Trainer:
     """Owns the actors of one run and runs its steps (use `run()`; `close()` frees everything)."""
 
@@ -228,7 +239,7 @@ class Trainer:
 
     def step(self, step: int) -> dict[str, float]:
         """One training step (0-based `step`); returns its metrics."""
-        from actors.learner.batch import make_train_batch
+        from actors.learner.batch import make_train_batch, scatter_rows
         from actors.learner.policy import single_step
         from actors.lifecycle import get_within
         from algorithms import compute_advantages
@@ -247,17 +258,28 @@ class Trainer:
         t = time.perf_counter()
         self.on_phase("logprobs+advantages")
         batch = make_train_batch(trajs, self.pad_token_id)
-        ref = None
-        if self.reference is not None:
-            ref = get_within(self.reference.compute_logprobs.remote(batch), cfg.ray.call_timeout_s,
-                             "reference model: log-probs")
-        logprobs = None  # a one-step update reads them from its own forward pass (`single_step`)
-        if ref is not None or not single_step(cfg.learner, batch.size):
-            logprobs, _ = self.policy.compute_logprobs(batch)
         values = self.critic.compute_values(batch) if self.critic is not None else None
         rewards = torch.tensor([float(t_["reward"] or 0.0) for t_ in trajs])
-        advantages, returns = compute_advantages(cfg.algorithm, rewards, batch.loss_mask, group_ids=batch.group_ids,
-                                                 values=values, logprobs=logprobs, ref_logprobs=ref)
+        algo = cfg.algorithm
+        kl_reward = algo.kl_in_reward and algo.kl_coef > 0  # the advantages read both log-probs of every row
+        rows = torch.arange(batch.size)
+        if not kl_reward:  # advantages first: the log-prob passes then run over the rows the update trains
+            advantages, returns = compute_advantages(algo, rewards, batch.loss_mask, group_ids=batch.group_ids,
+                                                     values=values)
+            rows = trained_rows(algo, advantages, batch)
+        part = batch if len(rows) == batch.size else batch.select(rows)
+        ref = None
+        if self.reference is not None:  # zeros on rows the update skips (all of them: no pass)
+            ref = torch.zeros(batch.loss_mask.shape)
+            if len(rows):
+                ref = scatter_rows(get_within(self.reference.compute_logprobs.remote(part), cfg.ray.call_timeout_s,
+                                              "reference model: log-probs"), rows, batch.size, batch.response_len)
+        logprobs = None  # a one-step update reads them from its own forward pass (`single_step`)
+        if len(rows) and (kl_reward or not single_step(cfg.learner, batch.size)):
+            logprobs = scatter_rows(self.policy.compute_logprobs(part)[0], rows, batch.size, batch.response_len)
+        if kl_reward:
+            advantages, returns = compute_advantages(algo, rewards, batch.loss_mask, group_ids=batch.group_ids,
+                                                     values=values, logprobs=logprobs, ref_logprobs=ref)
         fields = {"old_logprobs": logprobs, "advantages": advantages, "returns": returns}
         if ref is not None:
             fields["ref_logprobs"] = ref
@@ -301,10 +323,11 @@ class Trainer:
         metrics.update(rollout_metrics(trajs))
         metrics.update(learner_metrics(policy_m, critic_m))
         metrics.update(self.take_faults())
-        if ref is not None:
+        if ref is not None and logprobs is not None:  # else the learner's actor/kl: the same, on the trained rows
             from algorithms import kl_estimate, masked_mean
 
-            metrics["actor/kl_to_ref_rollout"] = float(masked_mean(kl_estimate(logprobs, ref, "k3"), batch.loss_mask))
+            mask = batch.loss_mask[rows]
+            metrics["actor/kl_to_ref_rollout"] = float(masked_mean(kl_estimate(logprobs[rows], ref[rows], "k3"), mask))
         metrics["actor/advantage_mean"] = float((advantages * batch.loss_mask).sum() / batch.loss_mask.sum().clamp(min=1))
         metrics.update({f"time/{k}": v for k, v in {**timings, **{k: v for k, v in sync.items() if k.endswith("_s")}}.items()})
         # one_step, fully: the phases overlap, so the step's wall time

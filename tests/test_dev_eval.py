@@ -149,6 +149,18 @@ def test_a_warm_start_gets_its_own_dev_point_after_the_untrained_one(tmp_path):
     assert nothing.evaluated == [0, 2] and nothing.logged[1] == (0, {"warm_start/kept": 0.0})
 
 
+def test_eval_untrained_false_skips_the_untrained_point_and_keeps_the_warm_start_one(tmp_path):
+    from pipelines.run_loop import run_loop
+
+    trainer = DevTrainer(tmp_path, total=4, eval_every=2)
+    trainer.cfg.train.eval_untrained = False
+    trainer.cfg.train.warm_start, trainer.kept = SimpleNamespace(questions=8), 5
+    run_loop(trainer, 0)
+    assert trainer.evaluated == ["warm start", 2, 4]
+    assert [s for s, _ in trainer.logged] == [0, 1, 2, 3, 4]  # step 0's one row: the warm start's
+    assert "dev/answer_f1" in trainer.logged[0][1] and "warm_start/kept" in trainer.logged[0][1]
+
+
 def test_run_loop_resumed_or_without_dev_questions_logs_no_step_0(tmp_path):
     from pipelines.run_loop import run_loop
 

@@ -76,3 +76,42 @@ def test_kept_groups_pack_whole_in_micro_batches_of_the_configured_size():
     assert [len(m) for m in micros] == [4, 4]
     (whole,) = learner._plan(batch, 0)
     assert [len(m) for m in learner._accumulation(whole, batch)] == [4] * 8  # grad_accum_steps passes
+
+
+def test_scatter_rows_puts_a_selected_batchs_columns_back():
+    from actors.learner.batch import scatter_rows
+
+    got = scatter_rows(torch.tensor([[1.0, 2.0], [3.0, 0.0]]), torch.tensor([2, 0]), size=3, width=4)
+    assert got.tolist() == [[3.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [1.0, 2.0, 0.0, 0.0]]
+    with pytest.raises(ValueError, match="do not fit"):
+        scatter_rows(torch.zeros(2, 5), torch.tensor([0, 1]), size=3, width=4)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_log_probs_of_the_trained_rows_alone_are_the_whole_batchs_on_those_rows(packed):
+    """`pipelines.train.trained_rows`: the reference and old log-prob passes run over the rows the update trains
+    (groups of equal rewards left out), scattered back to the batch's shape: the same numbers as one pass over the
+    whole batch on those rows, zeros elsewhere (rows no loss reads)."""
+    from actors.learner.batch import scatter_rows
+    from actors.learner.token_stats import PolicyTokenStats
+    from pipelines.train import trained_rows
+    from tests.test_shared_prefix import _tiny, _trajectories
+
+    trajs = _trajectories()
+    batch = make_train_batch(trajs, pad_token_id=0)
+    rewards = torch.tensor([{"a": 0.0, "b": 1.0, "c": 0.5}[g] for g in batch.group_ids])
+    rewards[[i for i, g in enumerate(batch.group_ids) if g == "a"][0]] = 1.0  # only group a's rewards differ
+    adv = grpo_advantages(rewards, batch.group_ids, batch.loss_mask)
+    rows = trained_rows(AlgorithmConfig(skip_zero_advantage=True), adv, batch)
+    assert sorted(batch.group_ids[i] for i in rows.tolist()) == ["a", "a", "a"]
+    assert trained_rows(AlgorithmConfig(skip_zero_advantage=False), adv, batch).tolist() == list(range(6))
+
+    stats = PolicyTokenStats(_tiny("gemma3"), chunk_tokens=4, temperature=0.8, shared_prefix=packed)
+    with torch.no_grad():
+        whole, _ = stats(batch.input_ids, batch.attention_mask, batch.loss_mask, batch.prompt_len)
+        part = batch.select(rows)
+        some, _ = stats(part.input_ids, part.attention_mask, part.loss_mask, part.prompt_len)
+    got = scatter_rows(some, rows, batch.size, batch.response_len)
+    assert float((got[rows] - whole[rows]).abs().max()) < 1e-5
+    others = torch.tensor([i not in rows.tolist() for i in range(batch.size)])
+    assert (got[others] == 0).all() and (whole[rows][batch.loss_mask[rows] > 0] != 0).all()

@@ -364,7 +364,8 @@ def test_warm_start_fine_tunes_before_step_one(ray_local, small_index, tiny_gemm
         assert _step_keys(cfg, {"em"}) <= set(rows[2]), sorted(_step_keys(cfg, {"em"}) - set(rows[2]))
         assert rows[2]["actor/grad_norm"] > 0
         # the KL anchor is the warm-started policy: step 1 samples from it, so the KL to it is ~0
-        assert abs(rows[2]["actor/kl_to_ref_rollout"]) < 1e-3
+        # (the old log-prob pass's own figure; a one-step update has no such pass and logs the same as actor/kl)
+        assert abs(rows[2].get("actor/kl_to_ref_rollout", rows[2].get("actor/kl", 1.0))) < 1e-3
         assert (run_dir / "checkpoints" / "warm-start" / "policy" / "hf" / "model.safetensors").is_file()
         state = json.loads((run_dir / "checkpoints" / "warm-start" / "trainer_state.json").read_text())
         assert state["dev_answer_f1"] == pytest.approx(warm["dev/answer_f1"]) and state["resumable"] is False

@@ -124,6 +124,20 @@ def group_order(group_ids: Sequence[str]) -> torch.Tensor:
     return torch.tensor([i for rows in group_rows(group_ids) for i in rows], dtype=torch.long)
 
 
+def scatter_rows(values: torch.Tensor, rows: torch.Tensor, size: int, width: int) -> torch.Tensor:
+    """`[size, width]` float32, zeros except `values` (`[len(rows), w]`, w <= width: a response-aligned tensor of
+    `TrainBatch.select(rows)`, whose response columns are the first w of the whole batch's) in the rows `rows`.
+
+    Raises:
+        ValueError: `values` has another row count than `rows`, or is wider than `width`.
+    """
+    if values.shape[0] != len(rows) or values.shape[1] > width:
+        raise ValueError(f"scatter_rows: values {tuple(values.shape)} do not fit {len(rows)} rows of width {width}")
+    out = torch.zeros((size, width), dtype=torch.float32)
+    out[rows, : values.shape[1]] = values.float().cpu()
+    return out
+
+
 def split_at_groups(rows: torch.Tensor, group_ids: Sequence[str] | None, parts: int,
                     weights: torch.Tensor | None = None) -> list[torch.Tensor]:
     """`rows` (each group's rows next to each other) in `parts` contiguous chunks of about equal weight
