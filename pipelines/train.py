@@ -50,17 +50,6 @@ def question_visits(cfg: Config, steps: int) -> float:
     return float(steps * cfg.train.questions_per_step + warm)
 
 
-def trained_rows(algorithm: Any, advantages: torch.Tensor, batch: Any) -> torch.Tensor:
-    """`[n]` int64: the rows of `batch` (a `TrainBatch`) that the policy update trains on: all of them, or with
-    `algorithm.skip_zero_advantage` those outside groups whose advantages are all 0 (the update leaves those out:
-    `algorithms.zero_advantage_groups`, DAPO §3.2), so no log-prob pass runs over rows no loss reads."""
-    from algorithms.advantages import zero_advantage_groups
-
-    if not algorithm.skip_zero_advantage:
-        return torch.arange(batch.size)
-    return (~zero_advantage_groups(advantages, batch.loss_mask, batch.group_ids)).nonzero().flatten()
-
-
 class Trainer:
     """Owns the actors of one run and runs its steps (use `run()`; `close()` frees everything)."""
 
@@ -239,7 +228,7 @@ class Trainer:
 
     def step(self, step: int) -> dict[str, float]:
         """One training step (0-based `step`); returns its metrics."""
-        from actors.learner.batch import make_train_batch, scatter_rows
+        from actors.learner.batch import make_train_batch, scatter_rows, trained_rows
         from actors.learner.policy import single_step
         from actors.lifecycle import get_within
         from algorithms import compute_advantages

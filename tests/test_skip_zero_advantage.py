@@ -89,12 +89,11 @@ def test_scatter_rows_puts_a_selected_batchs_columns_back():
 
 @pytest.mark.parametrize("packed", [False, True])
 def test_log_probs_of_the_trained_rows_alone_are_the_whole_batchs_on_those_rows(packed):
-    """`pipelines.train.trained_rows`: the reference and old log-prob passes run over the rows the update trains
+    """`actors.learner.batch.trained_rows`: the reference and old log-prob passes run over the rows the update trains
     (groups of equal rewards left out), scattered back to the batch's shape: the same numbers as one pass over the
     whole batch on those rows, zeros elsewhere (rows no loss reads)."""
-    from actors.learner.batch import scatter_rows
+    from actors.learner.batch import scatter_rows, trained_rows
     from actors.learner.token_stats import PolicyTokenStats
-    from pipelines.train import trained_rows
     from tests.test_shared_prefix import _tiny, _trajectories
 
     trajs = _trajectories()

@@ -138,6 +138,17 @@ def scatter_rows(values: torch.Tensor, rows: torch.Tensor, size: int, width: int
     return out
 
 
+def trained_rows(algorithm: Any, advantages: torch.Tensor, batch: TrainBatch) -> torch.Tensor:
+    """`[n]` int64: the rows of `batch` (a `TrainBatch`) that the policy update trains on: all of them, or with
+    `algorithm.skip_zero_advantage` those outside groups whose advantages are all 0 (the update leaves those out:
+    `algorithms.zero_advantage_groups`, DAPO §3.2), so no log-prob pass runs over rows no loss reads."""
+    from algorithms.advantages import zero_advantage_groups
+
+    if not algorithm.skip_zero_advantage:
+        return torch.arange(batch.size)
+    return (~zero_advantage_groups(advantages, batch.loss_mask, batch.group_ids)).nonzero().flatten()
+
+
 def split_at_groups(rows: torch.Tensor, group_ids: Sequence[str] | None, parts: int,
                     weights: torch.Tensor | None = None) -> list[torch.Tensor]:
     """`rows` (each group's rows next to each other) in `parts` contiguous chunks of about equal weight
