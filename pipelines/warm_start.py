@@ -110,6 +110,10 @@ def warm_start(trainer: Any) -> dict[str, float]:
         log.warning("warm start: %s; RL starts from the untrained policy", why)
         return out
     batch = supervised_batch(kept, cfg.learner.mini_batch_size, trainer.pad_token_id, ws.epochs)
+    # One learner call (its step counter drives the RL warm-up), so this line stands for its progress.
+    log.info("warm start (%s): supervised pass over %d rows (%d episodes x %d epochs): %d optimizer steps ...",
+             ws.source, batch.size, len(kept), ws.epochs,
+             cfg.learner.ppo_epochs * batch.size // cfg.learner.mini_batch_size)
     m = trainer.policy.update(batch, supervised_algorithm(cfg.algorithm), lr=ws.lr)  # NLL: no old log-probs needed
     trainer.policy.sync_weights(trainer.workers, version=trainer.weight_version)
     # The warm-started policy alone, kept for evaluation as its own row ("warm start only":
@@ -120,6 +124,7 @@ def warm_start(trainer: Any) -> dict[str, float]:
         log.info("warm start: the reference model is now the warm-started policy")
     out.update({f"warm_start/{k}": float(m[k]) for k in ("policy_loss", "token_prob_mean", "lr", "optimizer_steps", "update_s")
                 if k in m})
-    log.info("warm start (%s): kept %d of %d episodes (%s), %d optimizer steps", ws.source, len(kept), len(trajs),
-             "expert demonstrations" if expert else f"reward > {ws.min_reward:g}", int(m.get("optimizer_steps", 0)))
+    log.info("warm start (%s): kept %d of %d episodes (%s), %d optimizer steps in %.0f s", ws.source, len(kept),
+             len(trajs), "expert demonstrations" if expert else f"reward > {ws.min_reward:g}",
+             int(m.get("optimizer_steps", 0)), float(m.get("update_s", 0.0)))
     return out

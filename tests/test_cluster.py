@@ -267,40 +267,16 @@ FITS_2_CPUS = ("index.num_shards=1", "retrieval.query_encoders=1", "rollout.cpus
                "frozen.num_cpus=0.25", "learner.cpus_per_rank=0.25")
 
 
-@pytest.mark.slow
-def test_submit_cluster_check_to_a_local_head(tmp_path):
+@pytest.fixture(scope="module")
+def local_head():
+    """One `ray start --head` cluster (2 CPUs) for this module's job submissions: started once (its dashboard
+    takes most of the start), then stopped, with the check that every process it started is gone and its
+    temp dir removed."""
     head = LocalCluster(NodeSpec(num_cpus=2), cwd=REPO)
     leftovers = None
     try:
         head.start()
-        with pytest.raises(SubmitError, match=r"(?s)refused the request.*RAY_AUTH_MODE=token"):
-            submit_job(head.dashboard_url, "true", token="not-the-token", out=io.StringIO())
-
-        cfg = cfg_with(f"run_dir={tmp_path / 'fits'}", *FITS_2_CPUS)
-        entry = build_entrypoint("scripts.ops.cluster_check", DEFAULT_CONFIG, [*FITS_2_CPUS, *absolute_path_overrides(cfg)])
-        logs = io.StringIO()
-        result = submit_job(head.dashboard_url, entry, job_runtime_env(REPO, cfg, {"SEARCHRL_TEST": "1"}),
-                            token_file=head.token_file, out=logs, timeout_s=300)
-        assert result.status == "SUCCEEDED", logs.getvalue()[-3000:]
-        assert result.exit_code == 0 and "fits: yes" in logs.getvalue()  # logs were streamed
-        report = json.loads((tmp_path / "fits" / "cluster_check.json").read_text())
-        assert report["fits"] is True and report["error"] is None
-        assert report["cluster_resources"]["CPU"] == 2.0 and len(report["nodes"]) == 1
-        assert [r["name"] for r in report["plan"]][:3] == ["retrieval_pool", "retrieval_shard", "query_encoder"]
-        assert report["total"]["CPU"] == pytest.approx(1.75)
-        assert report["python"].startswith(str(REPO / ".venv"))  # the cluster's python is the venv's
-        assert report["cwd"] != str(REPO) and "working_dir" in report["cwd"]  # ran in the uploaded copy
-        assert report["env"]["HF_HUB_OFFLINE"] == "1" and report["env"]["WANDB_MODE"] == "offline"
-
-        # The same check for the default config: 5.75 CPUs do not fit in 2 -> the job FAILS, saying why.
-        cfg = cfg_with(f"run_dir={tmp_path / 'nofit'}")
-        entry = build_entrypoint("scripts.ops.cluster_check", DEFAULT_CONFIG, absolute_path_overrides(cfg))
-        logs = io.StringIO()
-        result = submit_job(head.dashboard_url, entry, job_runtime_env(REPO, cfg), token_file=head.token_file,
-                            out=logs, timeout_s=300)
-        assert (result.status, result.exit_code) == ("FAILED", 1), logs.getvalue()[-3000:]
-        assert "CPU: the plan needs 5.75, the cluster has 2" in logs.getvalue()
-        assert json.loads((tmp_path / "nofit" / "cluster_check.json").read_text())["fits"] is False
+        yield head
     finally:
         leftovers = head.stop()
     assert leftovers == [], f"processes of the test cluster still running: {leftovers}"
@@ -308,7 +284,40 @@ def test_submit_cluster_check_to_a_local_head(tmp_path):
 
 
 @pytest.mark.slow
-def test_submit_a_short_training_job(tmp_path, small_index, tiny_gemma_dir):
+def test_submit_cluster_check_to_a_local_head(local_head, tmp_path):
+    head = local_head
+    with pytest.raises(SubmitError, match=r"(?s)refused the request.*RAY_AUTH_MODE=token"):
+        submit_job(head.dashboard_url, "true", token="not-the-token", out=io.StringIO())
+
+    cfg = cfg_with(f"run_dir={tmp_path / 'fits'}", *FITS_2_CPUS)
+    entry = build_entrypoint("scripts.ops.cluster_check", DEFAULT_CONFIG, [*FITS_2_CPUS, *absolute_path_overrides(cfg)])
+    logs = io.StringIO()
+    result = submit_job(head.dashboard_url, entry, job_runtime_env(REPO, cfg, {"SEARCHRL_TEST": "1"}),
+                        token_file=head.token_file, out=logs, timeout_s=300)
+    assert result.status == "SUCCEEDED", logs.getvalue()[-3000:]
+    assert result.exit_code == 0 and "fits: yes" in logs.getvalue()  # logs were streamed
+    report = json.loads((tmp_path / "fits" / "cluster_check.json").read_text())
+    assert report["fits"] is True and report["error"] is None
+    assert report["cluster_resources"]["CPU"] == 2.0 and len(report["nodes"]) == 1
+    assert [r["name"] for r in report["plan"]][:3] == ["retrieval_pool", "retrieval_shard", "query_encoder"]
+    assert report["total"]["CPU"] == pytest.approx(1.75)
+    assert report["python"].startswith(str(REPO / ".venv"))  # the cluster's python is the venv's
+    assert report["cwd"] != str(REPO) and "working_dir" in report["cwd"]  # ran in the uploaded copy
+    assert report["env"]["HF_HUB_OFFLINE"] == "1" and report["env"]["WANDB_MODE"] == "offline"
+
+    # The same check for the default config: 5.75 CPUs do not fit in 2 -> the job FAILS, saying why.
+    cfg = cfg_with(f"run_dir={tmp_path / 'nofit'}")
+    entry = build_entrypoint("scripts.ops.cluster_check", DEFAULT_CONFIG, absolute_path_overrides(cfg))
+    logs = io.StringIO()
+    result = submit_job(head.dashboard_url, entry, job_runtime_env(REPO, cfg), token_file=head.token_file,
+                        out=logs, timeout_s=300)
+    assert (result.status, result.exit_code) == ("FAILED", 1), logs.getvalue()[-3000:]
+    assert "CPU: the plan needs 5.75, the cluster has 2" in logs.getvalue()
+    assert json.loads((tmp_path / "nofit" / "cluster_check.json").read_text())["fits"] is False
+
+
+@pytest.mark.slow
+def test_submit_a_short_training_job(local_head, tmp_path, small_index, tiny_gemma_dir):
     """`ray job submit` of scripts.train to a local head (2 CPUs): one GRPO step of R1-Searcher stage 1
     (tiny Gemma 3 policy, transformers backend, the real pool over the pack) leaves metrics and a
     checkpoint in the run directory."""
@@ -323,22 +332,16 @@ def test_submit_a_short_training_job(tmp_path, small_index, tiny_gemma_dir):
     ]
     config = REPO / "configs" / "r1_searcher_cpu.yaml"
     cfg = load_config(config, [*train_overrides, f"run_dir={tmp_path / 'runs'}"])
-    head = LocalCluster(NodeSpec(num_cpus=2), cwd=REPO)
-    leftovers = None
-    try:
-        head.start()
-        entry = build_entrypoint("scripts.train", config, [*train_overrides, "--no-progress",
-                                                           *absolute_path_overrides(cfg)])
-        logs = io.StringIO()
-        result = submit_job(head.dashboard_url, entry, job_runtime_env(REPO, cfg), token_file=head.token_file,
-                            out=logs, timeout_s=900)
-        assert result.status == "SUCCEEDED", logs.getvalue()[-4000:]
-        (run_dir,) = (tmp_path / "runs").iterdir()
-        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-        assert [r["step"] for r in rows] == [1] and "actor/policy_loss" in rows[0]
-        assert (run_dir / "checkpoints" / "step-1" / "trainer_state.json").is_file()
-        assert (run_dir / "checkpoints" / "step-1" / "policy" / "hf" / "model.safetensors").is_file()
-        assert f"run directory: {run_dir}" in logs.getvalue()
-    finally:
-        leftovers = head.stop()
-    assert leftovers == [], f"processes of the test cluster still running: {leftovers}"
+    head = local_head
+    entry = build_entrypoint("scripts.train", config, [*train_overrides, "--no-progress",
+                                                       *absolute_path_overrides(cfg)])
+    logs = io.StringIO()
+    result = submit_job(head.dashboard_url, entry, job_runtime_env(REPO, cfg), token_file=head.token_file,
+                        out=logs, timeout_s=900)
+    assert result.status == "SUCCEEDED", logs.getvalue()[-4000:]
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1] and "actor/policy_loss" in rows[0]
+    assert (run_dir / "checkpoints" / "step-1" / "trainer_state.json").is_file()
+    assert (run_dir / "checkpoints" / "step-1" / "policy" / "hf" / "model.safetensors").is_file()
+    assert f"run directory: {run_dir}" in logs.getvalue()
