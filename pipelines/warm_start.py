@@ -111,9 +111,8 @@ def warm_start(trainer: Any) -> dict[str, float]:
         return out
     batch = supervised_batch(kept, cfg.learner.mini_batch_size, trainer.pad_token_id, ws.epochs)
     # One learner call (its step counter drives the RL warm-up), so this line stands for its progress.
-    log.info("warm start (%s): supervised pass over %d rows (%d episodes x %d epochs): %d optimizer steps ...",
-             ws.source, batch.size, len(kept), ws.epochs,
-             cfg.learner.ppo_epochs * batch.size // cfg.learner.mini_batch_size)
+    log.info("warm start (%s): supervised pass over %d rows (%d episodes x %d epochs) in mini-batches of %d ...",
+             ws.source, batch.size, len(kept), ws.epochs, cfg.learner.mini_batch_size)
     m = trainer.policy.update(batch, supervised_algorithm(cfg.algorithm), lr=ws.lr)  # NLL: no old log-probs needed
     trainer.policy.sync_weights(trainer.workers, version=trainer.weight_version)
     # The warm-started policy alone, kept for evaluation as its own row ("warm start only":
