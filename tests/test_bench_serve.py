@@ -13,7 +13,7 @@ def test_a_missing_generator_fails_before_anything_starts(capsys):
     import ray
 
     with pytest.raises(SystemExit) as e:
-        bench_serve.main(["--checkpoint", "gemma3-270m", "--config", "configs/main_cpu.yaml", "--questions", "2",
+        bench_serve.main(["--checkpoint", "gemma3-270m", "--config", "configs/s3_main_cpu.yaml", "--questions", "2",
                           "frozen.model=./no-such-generator"])
     assert e.value.code == 2
     assert "error: frozen.model='./no-such-generator'" in capsys.readouterr().err

@@ -19,8 +19,8 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.mark.timeout(1900)  # past pytest.ini's 900 s: on an AVX2-only host the run went past 15 min (7 on a Xeon)
 def test_chaos_runs_on_the_main_job_index(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "WANDB_SERVICE")}
-    index = tmp_path / "bm25-1"  # the main job's index (configs/main_cpu.yaml), built by the driver here
-    proc = subprocess.Popen([sys.executable, "-m", "scripts.ops.chaos", "--config", "configs/main_cpu.yaml", "--steps", "2",
+    index = tmp_path / "bm25-1"  # the main job's index (both main configs), built by the driver here
+    proc = subprocess.Popen([sys.executable, "-m", "scripts.ops.chaos", "--config", "configs/s3_main_cpu.yaml", "--steps", "2",
                              "--work-dir", str(tmp_path / "chaos"), f"index.dir={index}"],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

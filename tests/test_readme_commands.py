@@ -106,14 +106,14 @@ def builds_index(module: str) -> bool:
 @pytest.fixture
 def main_job_run(tmp_path) -> Path:
     """What `bash scripts/main.sh` leaves: a run directory with its config and a finished checkpoint."""
-    run = tmp_path / "runs" / "s3-20261127-000000"
-    step = run / "checkpoints" / "step-10"
+    run = tmp_path / "runs" / "search_r1-20261202-000000"
+    step = run / "checkpoints" / "step-8"
     hf = step / "policy" / "hf"
     hf.mkdir(parents=True)
     (hf / "config.json").write_text("{}")
     (hf / "model.safetensors").write_text("")
     (hf / "tokenizer.json").write_text("{}")
-    (step / "trainer_state.json").write_text('{"step": 10}')
+    (step / "trainer_state.json").write_text('{"step": 8}')
     save_config(load_config("configs/main_cpu.yaml"), run / "config.yaml")
     return run
 

@@ -267,7 +267,7 @@ def test_serve_soak_serves_the_run_s_own_config(tmp_path, data_dir, monkeypatch)
 
     run = tmp_path / "run"
     run.mkdir()
-    save_config(load_config("configs/main_cpu.yaml", [f"data.dir={data_dir}"]), run / "config.yaml")
+    save_config(load_config("configs/s3_main_cpu.yaml", [f"data.dir={data_dir}"]), run / "config.yaml")
     monkeypatch.setattr(serving.config, "resolve_served", lambda path: SimpleNamespace(config=run / "config.yaml"))
     args = argparse.Namespace(checkpoint=str(run), config=None, overrides=[], port=8020)
     cfg, cmd = serve_command(args)

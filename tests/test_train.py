@@ -308,8 +308,8 @@ def test_step_summary_of_a_select_only_recipe_names_its_own_numbers():
     metrics = {"rollout/reward_mean": 0.0123, "rollout/searches_per_episode": 0.0, "rollout/valid_action_rate": 0.97,
                "rollout/selected_docs_per_episode": 1.8125, "rollout/answer_f1": 0.1567, "time/rollout_s": 9.6,
                "time/prepare_s": 0.4, "time/update_s": 21.2, "time/sync_s": 11.0, "actor/skipped_groups": 3.0}
-    main = load_config("configs/main_cpu.yaml")
-    assert not recipe_searches(main) and recipe_searches(load_config("configs/search_r1_main_cpu.yaml"))
+    s3_main = load_config("configs/s3_main_cpu.yaml")  # select-only: its step line shows selections, not searches
+    assert not recipe_searches(s3_main) and recipe_searches(load_config("configs/main_cpu.yaml"))
     assert recipe_searches(load_config("configs/r1_searcher_cpu.yaml"))
     assert step_summary(metrics, searches=False) == ("reward 0.012 valid 0.97 docs 1.81 answer F1 0.157 | rollout 10s "
                                                      "prep 0s update 21s skipped 3 sync 11s")

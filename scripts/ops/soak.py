@@ -426,13 +426,13 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--port", type=int, default=8020)
     serve.add_argument("--start-timeout-s", type=float, default=600.0)
     serve.add_argument("--out", default="runs/soak-serve")
-    train = sub.add_parser("train", help="a long scripts.train run, then the main job's size")
+    train = sub.add_parser("train", help="a long scripts.train run, then the s3 main job's size (configs/s3_main_cpu.yaml)")
     train.add_argument("--steps", type=int, default=40)
     train.add_argument("--config", default="configs/soak_train_cpu.yaml")
     train.add_argument("--control-steps", type=int, default=6,
                        help="then a fresh run of --config for this many steps, to tell the machine's drift (0: none)")
     train.add_argument("--full-steps", type=int, default=10, help="steps of --full-config after it (0: none)")
-    train.add_argument("--full-config", default="configs/main_cpu.yaml")
+    train.add_argument("--full-config", default="configs/s3_main_cpu.yaml")
     train.add_argument("--out", default="runs/soak-train")
     for p in (serve, train):
         p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")

@@ -1,6 +1,6 @@
 """What s3's document selection could gain: the frozen generator's answers from each subset of the top-k.
 
-    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.probes.selection [--config configs/main_cpu.yaml] \
+    SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.probes.selection [--config configs/s3_main_cpu.yaml] \
         [--qa dev.jsonl.gz] [--questions 64] [key=value ...]
 
 For `--questions` questions of `--qa` (a seeded sample spread over the datasets, `seed`), the question's
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--qa", default="dev.jsonl.gz", help="QA file (path or data pack file name)")
     parser.add_argument("--questions", type=int, default=64, help="questions, spread over the datasets")
     parser.add_argument("--out", default="runs/probe_selection.json", help="JSON of the rows")
-    args, cfg = parse_config(parser, argv, default_config="configs/main_cpu.yaml")
+    args, cfg = parse_config(parser, argv, default_config="configs/s3_main_cpu.yaml")
 
     from actors.engines.spec import EngineHolder, engine_spec
     from actors.frozen.scorer import FrozenLLM
