@@ -39,11 +39,11 @@ def test_the_supervised_pass_has_no_kl_entropy_or_skipping():
 
 
 def test_warm_start_config_and_visits():
-    cfg = load_config("configs/learn_cpu.yaml", ["train.warm_start={questions: 32, samples: 4}"])
+    cfg = load_config("configs/s3_learn_cpu.yaml", ["train.warm_start={questions: 32, samples: 4}"])
     assert cfg.train.warm_start.min_reward == 0.0 and cfg.train.warm_start.epochs == 1
     assert question_visits(cfg, 0) == 0  # the dev curve starts at the untrained policy
     assert question_visits(cfg, 2) == 2 * 16 + 32  # the warm start's questions count once it ran
-    assert question_visits(load_config("configs/learn_cpu.yaml"), 2) == 32
+    assert question_visits(load_config("configs/s3_learn_cpu.yaml"), 2) == 32
     questions = [{"id": str(i)} for i in range(100)]
     assert warm_start_questions(questions, 10, seed=0) == warm_start_questions(questions, 10, seed=0)
     assert len(warm_start_questions(questions[:5], 10, seed=0)) == 5
