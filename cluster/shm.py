@@ -1,15 +1,17 @@
 """Remove shared-memory files that vLLM and DeepSpeed leave in /dev/shm when a process dies without
-shutting down (killed, out of memory): vLLM's message-queue segments (`psm_*`, 160-250 MB each) and
-DeepSpeed's CPU all-reduce buffers (`deepspeed_allreduce_buffer_*`, 66 MB each). A clean shutdown
-removes them itself; this sweeps what a crash left."""
+shutting down (killed, out of memory): vLLM's message-queue segments (`psm_*`, 160-250 MB each),
+DeepSpeed's CPU all-reduce buffers (`deepspeed_allreduce_buffer_*`, 66 MB each) and the named semaphores
+joblib's loky makes in vLLM's worker processes (`sem.loky-<pid>-*`, 32 bytes; unlinked by a finalizer that
+a killed process never runs). A clean shutdown removes them itself; this sweeps what a crash left."""
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import time
 from pathlib import Path
 
-PATTERNS = ("psm_*", "deepspeed_allreduce_buffer_*")
+PATTERNS = ("psm_*", "deepspeed_allreduce_buffer_*", "sem.loky-*")
 
 # Age (s) below which the sweep at the end of a run keeps a file. Every engine of the run has stopped by then,
 # and a live engine of another run maps or holds open its segments from their creation on (the sweep spares
@@ -56,6 +58,21 @@ def segments_mapped_by(pids: list[int], shm_dir: str = "/dev/shm") -> set[str]:
     return found
 
 
+def tree_segments(root_pid: int | None = None, shm_dir: str = "/dev/shm") -> set[str]:
+    """The vLLM / DeepSpeed segments (`PATTERNS`) under `shm_dir` that process `root_pid` (None: this
+    process) or any of its descendants maps now: what a program's own engines hold, to remove with
+    `remove_unmapped` once it stopped them. Empty when `root_pid` is gone; unreadable processes give none."""
+    import psutil
+
+    try:
+        root = psutil.Process(root_pid)
+        pids = [root.pid] + [p.pid for p in root.children(recursive=True)]
+    except psutil.Error:
+        return set()
+    return {path for path in segments_mapped_by(pids, shm_dir)
+            if any(fnmatch.fnmatch(Path(path).name, pattern) for pattern in PATTERNS)}
+
+
 def remove_unmapped(paths: set[str], shm_dir: str = "/dev/shm") -> list[str]:
     """Delete those of `paths` that still exist and that no live process maps or holds open (what a
     force-killed process left). Returns the removed paths."""
@@ -72,7 +89,7 @@ def remove_unmapped(paths: set[str], shm_dir: str = "/dev/shm") -> list[str]:
 
 
 def sweep_stale_shm(min_age_s: float = 60.0, shm_dir: str = "/dev/shm") -> list[str]:
-    """Delete this user's vLLM / DeepSpeed shared-memory files that no live process maps or holds
+    """Delete this user's vLLM / DeepSpeed / loky shared-memory files (`PATTERNS`) that no live process maps or holds
     open and that are older than `min_age_s` seconds (a starting engine may not have mapped its
     segment yet). Returns the removed paths."""
     used, now, removed = mapped_shm_files(shm_dir), time.time(), []

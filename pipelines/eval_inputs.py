@@ -16,7 +16,7 @@ class EvaluationError(ValueError):
 
 
 
-METHODS = ("direct", "naive_rag", "policy", "untrained", "warm_start", "rstool")
+METHODS = ("direct", "naive_rag", "policy", "no_search", "untrained", "warm_start", "rstool")
 """Known method names; see the module docstring."""
 
 DEFAULT_METHODS = ("direct", "naive_rag", "policy")
@@ -24,7 +24,12 @@ DEFAULT_METHODS = ("direct", "naive_rag", "policy")
 BASELINES = ("direct", "naive_rag")
 """Methods that are fixed baselines: the frozen generator (`frozen.model`) answers with the recipe of the
 same name, whatever the training recipe is and whether that recipe is trainable (`naive_rag` is, for
-`scripts.bench.peer`). Only `policy`, `untrained` and `warm_start` run the training recipe on the policy model."""
+`scripts.bench.peer`). Only `policy`, `no_search`, `untrained` and `warm_start` run the training recipe on the
+policy model."""
+
+SEARCH_META = ("context_ids", "supporting_titles")
+"""A QA row's fields that evaluation keeps for the search measures (`recipes.search_metrics`: gold-paragraph
+recall) and the expert (`recipes.expert`); the data pack README lists them."""
 
 # ----------------------------------------------------------------------------- inputs
 
@@ -87,7 +92,8 @@ def _check_model_field(field: str, value: str) -> None:
 
 def load_questions(qa_file: str | Path, data_dir: str | None = None, limit: int | None = None,
                    sample_seed: int | None = None) -> list[dict]:
-    """Questions of `qa_file` as dicts (id, question, golden_answers, dataset): the first `limit`
+    """Questions of `qa_file` as dicts (id, question, golden_answers, dataset, meta: the row's `SEARCH_META`
+    fields it has, which the search measures read): the first `limit`
     (None = all), or with `sample_seed` a sample of `limit` spread over the datasets.
 
     The sample takes each dataset's questions in a seeded random order and deals them out round-robin
@@ -106,7 +112,8 @@ def load_questions(qa_file: str | Path, data_dir: str | None = None, limit: int 
     if not path.is_file():
         path = pack_file(str(qa_file), data_dir)
     examples = [
-        {"id": e.id, "question": e.question, "golden_answers": list(e.golden_answers), "dataset": e.dataset}
+        {"id": e.id, "question": e.question, "golden_answers": list(e.golden_answers), "dataset": e.dataset,
+         "meta": {k: e.meta[k] for k in SEARCH_META if e.meta.get(k)}}
         for e in iter_qa(path, limit=None if sample_seed is not None else limit)
     ]
     if not examples:

@@ -30,6 +30,13 @@ def is_mirage(dataset: str) -> bool:
     """Whether a record's dataset is one of MIRAGE's (scored by the judge alone)."""
     return dataset.startswith(MIRAGE)
 
+
+MULTI_HOP = "multi-hop"
+"""The `dataset` of the row that pools a method's multi-hop questions (`MULTI_HOP_DATASETS`), after `all`."""
+
+MULTI_HOP_DATASETS = ("2wikimultihopqa", "hotpotqa", "musique")
+"""The data pack's multi-hop datasets (its rows' `type`: "multi-hop"; ../shared/data/README.md)."""
+
 METRICS = ("em", "f1", "cover_em", "span_check", "gen_acc")
 
 
@@ -46,6 +53,10 @@ class QARecord:
     `gen_acc`: GenAcc = span_check ∨ judge_check, decided by the caller (the judge is an LLM).
     `acc_l`: R1-Searcher's ACC_L verdict (§3.1), None when not asked. `qid`: the question's id
     in its dataset (pairs methods question by question in `add_intervals`).
+    The search itself (`recipes.search_metrics`; None for a method that retrieves nothing): `own_searches`
+    (count: the searches the policy wrote, the initial top-k not counted), `retrieval_hit` (a document shown
+    in the episode holds a gold answer), `gold_recall` (the share of the row's gold paragraphs shown; None
+    for rows that list none).
     """
 
     method: str
@@ -56,6 +67,18 @@ class QARecord:
     gen_acc: bool
     acc_l: bool | None = None
     qid: str = ""
+    own_searches: int | None = None
+    retrieval_hit: bool | None = None
+    gold_recall: float | None = None
+
+
+def search_fields(search: Mapping[str, Any] | None) -> dict[str, Any]:
+    """`QARecord`'s search fields from an evaluation record's `search` dict (`SearchRecord.to_json`; None =
+    the method retrieves nothing)."""
+    if not search:
+        return {}
+    return {"own_searches": int(search["own_searches"]), "retrieval_hit": bool(search["retrieval_hit"]),
+            "gold_recall": search.get("gold_paragraph_recall")}
 
 
 def _scores(record: QARecord) -> dict[str, float]:
@@ -75,6 +98,13 @@ def _row(method: str, dataset: str, scored: list[tuple[QARecord, dict[str, float
     for m in METRICS:
         row[m] = sum(s[m] for _, s in scored) / n
     row["searches_per_question"] = sum(r.searches for r, _ in scored) / n
+    searched = [r for r, _ in scored if r.retrieval_hit is not None]
+    if searched:  # the search itself: over the records that carry it (a method that retrieves)
+        row["own_searches_per_question"] = sum(int(r.own_searches or 0) for r in searched) / len(searched)
+        row["retrieval_recall"] = sum(bool(r.retrieval_hit) for r in searched) / len(searched)
+    gold = [float(r.gold_recall) for r, _ in scored if r.gold_recall is not None]
+    if gold:
+        row["gold_paragraph_recall"] = sum(gold) / len(gold)
     if all(r.acc_l is not None for r, _ in scored):
         row["acc_l"] = sum(bool(r.acc_l) for r, _ in scored) / n
     return row
@@ -87,10 +117,14 @@ def compute_rows(records: Iterable[QARecord]) -> list[dict[str, Any]]:
     `n` questions; the five metrics are means over those questions, in [0, 1] (EM, F1, cover-EM
     and span_check from `recipes.metrics` on the answer, a missing answer counting as ""; gen_acc
     is the records' flag); `searches_per_question` is the mean retrieval calls per question; `acc_l`
-    (R1-Searcher's ACC_L) is there when every record of the row has a verdict.
+    (R1-Searcher's ACC_L) is there when every record of the row has a verdict. The search itself, where
+    the records carry it: `own_searches_per_question` (searches the policy wrote), `retrieval_recall` (share
+    of questions whose shown documents hold a gold answer) and `gold_paragraph_recall` (mean share of gold
+    paragraphs shown, over the questions that list them).
 
     The `all` row is the mean over ALL the method's questions (micro average), not the mean of
-    the dataset rows: a dataset with more questions weighs more. Methods keep the order in which
+    the dataset rows: a dataset with more questions weighs more. A `multi-hop` row follows it, pooling the
+    method's `MULTI_HOP_DATASETS` questions, when it has any. Methods keep the order in which
     they first appear in `records`; datasets are sorted by name within a method. MIRAGE datasets
     (`mirage/...`) come after the `all` row, which leaves them out, then their own `mirage/all`.
     """
@@ -105,6 +139,9 @@ def compute_rows(records: Iterable[QARecord]) -> list[dict[str, Any]]:
                 rows.append(_row(method, dataset, datasets[dataset]))
             if names:
                 rows.append(_row(method, MIRAGE + ALL if medical else ALL, [x for d in names for x in datasets[d]]))
+            multi = [d for d in names if d in MULTI_HOP_DATASETS]
+            if multi and not medical:
+                rows.append(_row(method, MULTI_HOP, [x for d in multi for x in datasets[d]]))
     return rows
 
 
@@ -112,20 +149,24 @@ _COLUMNS = (
     ("method", "method", "{}"), ("dataset", "dataset", "{}"), ("n", "n", "{}"), ("em", "EM", "{:.3f}"),
     ("f1", "F1", "{:.3f}"), ("cover_em", "cover-EM", "{:.3f}"), ("span_check", "span_check", "{:.3f}"),
     ("gen_acc", "GenAcc", "{:.3f}"), ("acc_l", "ACC_L", "{:.3f}"), ("searches_per_question", "searches/q", "{:.2f}"),
+    ("own_searches_per_question", "own searches/q", "{:.2f}"), ("retrieval_recall", "retrieval recall", "{:.3f}"),
+    ("gold_paragraph_recall", "gold-paragraph recall", "{:.3f}"),
 )
+_OPTIONAL_COLUMNS = ("acc_l", "own_searches_per_question", "retrieval_recall", "gold_paragraph_recall")
+"""Columns shown only when some row has them ("-" in the rows without)."""
 
 
 def format_markdown(rows: Sequence[Mapping[str, Any]], title: str | None = None) -> str:
     """`rows` (as `compute_rows` returns them) as a Markdown table, metrics with 3 decimals,
-    searches per question with 2; `all` rows in bold; the ACC_L column only when a row has it ("-"
-    in rows without). `title` becomes a `#` heading above it."""
-    columns = [c for c in _COLUMNS if c[0] != "acc_l" or any("acc_l" in r for r in rows)]
+    searches per question with 2; pooled rows (`all`, `multi-hop`) in bold; the ACC_L and search columns
+    (`_OPTIONAL_COLUMNS`) only when a row has them ("-" in rows without). `title` becomes a `#` heading above it."""
+    columns = [c for c in _COLUMNS if c[0] not in _OPTIONAL_COLUMNS or any(c[0] in r for r in rows)]
     lines = [f"# {title}", ""] if title else []
     lines.append("| " + " | ".join(head for _, head, _ in columns) + " |")
     lines.append("| " + " | ".join("---" if key in ("method", "dataset") else "---:" for key, _, _ in columns) + " |")
     for row in rows:
         cells = [fmt.format(row[key]) if key in row else "-" for key, _, fmt in columns]
-        if row["dataset"] in (ALL, MIRAGE + ALL):
+        if row["dataset"] in (ALL, MULTI_HOP, MIRAGE + ALL):
             cells = [f"**{c}**" for c in cells]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -136,16 +177,21 @@ def format_markdown(rows: Sequence[Mapping[str, Any]], title: str | None = None)
 CI_METRICS = ("em", "f1", "cover_em")
 """Metrics that get bootstrap intervals and paired differences (the rule metrics; GenAcc rests on a judge)."""
 
-PAIRS = (("policy", "untrained"), ("policy", "warm_start"), ("policy", "naive_rag"), ("warm_start", "untrained"))
-"""Paired comparisons `a − b` written when both methods were evaluated: what training changed, and
-the trained searcher against retrieval without a searcher."""
+PAIRS = (("policy", "untrained"), ("policy", "warm_start"), ("policy", "naive_rag"), ("policy", "no_search"),
+         ("warm_start", "untrained"))
+"""Paired comparisons `a − b` written when both methods were evaluated: what training changed, the trained
+searcher against retrieval without a searcher, and against itself with its own searches switched off (what
+searching added)."""
 
 _CI_HEADS = {"em": "EM", "f1": "F1", "cover_em": "cover-EM"}
 
 
-def _pool(dataset: str) -> str:
-    """The pooled row a dataset's questions count in: `all`, or `mirage/all` for MIRAGE's."""
-    return MIRAGE + ALL if is_mirage(dataset) else ALL
+def _pools(dataset: str) -> tuple[str, ...]:
+    """The pooled rows a dataset's questions count in: `all` (and `multi-hop` for a multi-hop dataset), or
+    `mirage/all` for MIRAGE's."""
+    if is_mirage(dataset):
+        return (MIRAGE + ALL,)
+    return (ALL, MULTI_HOP) if dataset in MULTI_HOP_DATASETS else (ALL,)
 
 
 def _keyed_scores(records: Iterable[QARecord]) -> dict[tuple[str, str], dict[tuple[str, str, int], dict[str, float]]]:
@@ -157,7 +203,9 @@ def _keyed_scores(records: Iterable[QARecord]) -> dict[tuple[str, str], dict[tup
     for r in records:
         k = seen.get((r.method, r.dataset, r.qid), 0)
         seen[(r.method, r.dataset, r.qid)] = k + 1
-        out.setdefault((r.method, _pool(r.dataset)), {})[(r.dataset, r.qid, k)] = _scores(r)
+        scores = _scores(r)
+        for pool in _pools(r.dataset):
+            out.setdefault((r.method, pool), {})[(r.dataset, r.qid, k)] = scores
     return out
 
 
@@ -176,7 +224,7 @@ def add_intervals(
 ) -> list[dict[str, Any]]:
     """`rows` (from `compute_rows(records)`) with bootstrap intervals on the pooled rows.
 
-    Every `all` / `mirage/all` row gets `ci`: `{metric: [lo, hi]}` for the `CI_METRICS`, the
+    Every pooled row (`all`, `multi-hop`, `mirage/all`) gets `ci`: `{metric: [lo, hi]}` for the `CI_METRICS`, the
     percentile bootstrap interval of the row's mean over its questions (`eval_stats.bootstrap_ci`).
     For each `(a, b)` of `pairs` with both methods in `records`, a's pooled row gets
     `paired[b]`: `{"n": questions paired, metric: [mean(a − b), lo, hi]}` over the questions both
@@ -196,7 +244,7 @@ def add_intervals(
         row["ci"] = {m: _rounded(bootstrap_ci([s[m] for s in by_q.values()], resamples=resamples,
                                               confidence=confidence, seed=seed)[1:]) for m in CI_METRICS}
     for a, b in pairs:
-        for pool in (ALL, MIRAGE + ALL):
+        for pool in (ALL, MULTI_HOP, MIRAGE + ALL):
             mine, other = scores.get((a, pool)), scores.get((b, pool))
             if (a, pool) not in pooled or other is None or not any(k in other for k in mine):
                 continue  # a method not evaluated, or no question both answered

@@ -7,6 +7,9 @@ Methods (`methods=`, in this order in the tables):
   (`naive_rag` recipe, k = `eval.topk`, else `retrieval.topk`; s3 §4.1: 3, R-Search §4.3: 5);
 - `policy`: the trained searcher, recipe `train.recipe` (options `train.recipe_options`), weights
   from `checkpoint` (the untrained `learner.model` without one);
+- `no_search`: the `policy` checkpoint with its own searches switched off (`max_turns` 0: a search it writes
+  is not run, and the recipe's forced answer, if it has one, follows): it answers from the initial top-k
+  alone. Paired with `policy`, it says what the policy's own searches added (issue 61);
 - `untrained`: the same recipe on `learner.model` (the "before training" row);
 - `warm_start`: the same recipe on the run's warm-started policy (`train.warm_start`; the "warm start only"
   row: `<run>/checkpoints/warm-start/policy/hf` of the `checkpoint` run);
@@ -84,6 +87,7 @@ from pipelines.eval_rows import (
     format_markdown,
     is_mirage,
     prediction_line,
+    search_fields,
 )
 from pipelines.judge_agreement import agreement_note, judge_agreement
 from recipes import recipe_class
@@ -145,8 +149,10 @@ def plan_methods(cfg: Any, methods: Sequence[str], checkpoint: str | None) -> li
             if m == "warm_start" and checkpoint is None:
                 raise EvaluationError("--methods warm_start: pass --checkpoint a run directory trained with "
                                       "train.warm_start (its warm-started policy is the row)")
-            model = {"policy": policy_model, "untrained": cfg.learner.model}.get(m) or resolve_warm_start(checkpoint)
-            plans.append(_Plan(m, cfg.train.recipe, recipe_options, engine_spec(cfg, "policy", model), pol_res,
+            model = ({"policy": policy_model, "no_search": policy_model, "untrained": cfg.learner.model}.get(m)
+                     or resolve_warm_start(checkpoint))
+            options = {**recipe_options, "max_turns": 0} if m == "no_search" else recipe_options
+            plans.append(_Plan(m, cfg.train.recipe, options, engine_spec(cfg, "policy", model), pol_res,
                                pol_limits, ro.chat))
     return plans
 
@@ -363,7 +369,8 @@ def evaluate(
                 seconds[method] = seconds.get(method, 0.0) + time.perf_counter() - t0
                 for r, flag, verdict, acc in zip(recs, flags, verdicts, acc_l):
                     rows_in.append(QARecord(method, r["dataset"], r["answer"], tuple(r["golden_answers"]),
-                                            int(r["searches"]), flag, acc, qid=str(r.get("id", ""))))
+                                            int(r["searches"]), flag, acc, qid=str(r.get("id", "")),
+                                            **search_fields(r.get("search"))))
                     judged.append((r, verdict))
                     f.write(json.dumps(prediction_line(method, recipe, r, gen_acc=flag, judge=verdict, acc_l=acc,
                                                        searcher=method not in BASELINES)) + "\n")

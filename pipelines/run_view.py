@@ -115,8 +115,11 @@ class RunView:
     @staticmethod
     def _episode(n: int, line: dict[str, Any]) -> dict[str, Any]:
         golds = [str(g) for g in line.get("golden_answers") or []]
+        search = line.get("search") if isinstance(line.get("search"), dict) else {}
         return {**line, "n": n, "golden_answers": golds, "qid": str(line.get("id") or line.get("question", "")),
                 "dataset": str(line.get("dataset", "")), "method": str(line.get("method", "")),
+                # the search itself (recipes.search_metrics); None where the line has no `search` record
+                "own_searches": search.get("own_searches"), "retrieval_hit": search.get("retrieval_hit"),
                 **_scores(line.get("answer"), golds)}
 
     # ------------------------------------------------------------------ summary
@@ -195,8 +198,13 @@ class RunView:
         methods = []
         for m in self.methods:
             eps = [e for e in self.episodes if e["method"] == m]
+            searched = [e for e in eps if e.get("retrieval_hit") is not None]
             methods.append({"method": m, "episodes": len(eps),
-                            **{k: sum(e[k] for e in eps) / len(eps) for k in ("em", "f1", "cover_em")}})
+                            **{k: sum(e[k] for e in eps) / len(eps) for k in ("em", "f1", "cover_em")},
+                            "own_searches": (sum(e["own_searches"] or 0 for e in searched) / len(searched)
+                                             if searched else None),
+                            "retrieval_recall": (sum(bool(e["retrieval_hit"]) for e in searched) / len(searched)
+                                                 if searched else None)})
         return {
             "run": self.run_dir.name, "path": str(self.run_dir),
             "eval": {"path": str(self.eval_dir) if self.eval_dir else None, "episodes": len(self.episodes),
@@ -242,7 +250,7 @@ class RunView:
         hits = [e for e in self.episodes if (method is None or e["method"] == method)
                 and (dataset is None or e["dataset"] == dataset) and f1_min <= e["f1"] <= f1_max]
         keep = ("n", "method", "dataset", "qid", "question", "golden_answers", "answer", "em", "f1", "cover_em",
-                "searches", "finish_reason")
+                "searches", "own_searches", "retrieval_hit", "finish_reason")
         return {"total": len(hits), "offset": offset, "limit": limit,
                 "items": [{k: e.get(k) for k in keep} for e in hits[offset: offset + limit]]}
 

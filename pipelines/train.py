@@ -41,13 +41,12 @@ VISITS = "train/question_visits"  # questions trained on so far (a group of samp
 log = logging.getLogger(__name__)
 
 
-def question_visits(cfg: Config, steps: int) -> float:
+def question_visits(cfg: Config, steps: int, warm_questions: float = 0.0) -> float:
     """Training questions visited after `steps` completed steps (a group of samples is one visit):
-    `steps × train.questions_per_step`, plus `train.warm_start.questions` once the warm start ran (it runs
-    before step 1 of a fresh run; 0 before any step)."""
-    ws = getattr(cfg.train, "warm_start", None)
-    warm = ws.questions if ws is not None and steps > 0 else 0
-    return float(steps * cfg.train.questions_per_step + warm)
+    `steps × train.questions_per_step`, plus `warm_questions` once the warm start ran (it runs before step 1
+    of a fresh run; 0 before any step). `warm_questions`: the questions the warm start trained on
+    (`Trainer.warm_questions`: those with a kept episode), not the `train.warm_start.questions` it tried."""
+    return float(steps * cfg.train.questions_per_step + (warm_questions if steps > 0 else 0.0))
 
 
 class Trainer:
@@ -64,6 +63,7 @@ class Trainer:
         self._questions: dict[str, list[dict]] = {}
         self.on_phase: Any = lambda phase: None  # called with "rollout", "prepare", ... as a step moves on
         self.weight_version = 0  # the policy version the rollout workers hold
+        self.warm_questions = 0.0  # questions the warm start trained on (saved in checkpoints for --resume)
         self.dev_f1: dict[int, float] = {}  # dev answer F1 by step: which checkpoint is the best one
         self.faults: Counter = Counter()  # failures and recoveries since the last step's metrics
         self.learner_restarts = self.pool_retries = 0
@@ -301,7 +301,7 @@ class Trainer:
             self.stream.set_version(step + 1)
 
         metrics = {"step": float(step + 1), "stage": float(stage + 1),
-                   VISITS: question_visits(cfg, step + 1)}
+                   VISITS: question_visits(cfg, step + 1, self.warm_questions)}
         if self.ahead is not None:
             metrics.update(staleness_metrics(trajs, step))  # the learner held version `step` while it trained
             metrics["async/learner_idle_s"] = timings.pop("learner_idle_s")
@@ -350,7 +350,7 @@ class Trainer:
         """Greedy episodes (one per question) on `eval_questions` dev questions (a fixed sample spread over
         the datasets, `pipelines.data.spread_sample`) after `step`
         completed steps (0: the untrained policy, under the first stage's recipe options; with `warm_started`,
-        the policy right after the warm start, at its `warm_start.questions` visits); returns
+        the policy right after the warm start, at the visits of the questions it trained on); returns
         `dev/...` metrics (`rollout_metrics`: reward, answer EM/F1/cover-EM, ...) and `time/eval_s`
         (s), {} when `eval_questions` is 0. Logs one line (`dev_summary`)."""
         from pipelines.train_metrics import dev_summary, rollout_metrics
@@ -366,8 +366,8 @@ class Trainer:
         trajs = self.rollout(examples, stage_at(self.cfg, max(0, step - 1))[1], 1, 0.0, seed=0)
         out = rollout_metrics(trajs, prefix="dev")
         out["time/eval_s"] = time.perf_counter() - t
-        out[VISITS] = (float(self.cfg.train.warm_start.questions) if warm_started
-                       else question_visits(self.cfg, step))  # the x of the dev curve
+        out[VISITS] = (float(self.warm_questions) if warm_started
+                       else question_visits(self.cfg, step, self.warm_questions))  # the x of the dev curve
         if "dev/answer_f1" in out and not warm_started:
             self.dev_f1[step] = float(out["dev/answer_f1"])
         log.info("%s%s", "warm start: " if warm_started else "", dev_summary(step, out))

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from recipes.metrics import cover_exact_match, exact_match, f1_score, normalize_answer, query_overlaps_question
+from recipes.search_metrics import search_summary
 
 FINISH_REASONS = ("answer", "complete", "max_turns", "max_total_tokens", "invalid")
 
@@ -59,8 +60,10 @@ def rollout_metrics(trajs: Sequence[Mapping[str, Any]], prefix: str = "rollout")
     shares a content word with the question (`recipes.metrics.query_overlaps_question`), valid-action rate, finish-reason fractions, retrieval latency (s), scoring
     time per episode (s; it overlaps other episodes' generation, so it is not a phase of the step),
     the documents an episode's final context keeps (s3's selection; 0 for recipes that answer),
-    and the final answers' EM, F1, cover-EM, answer/forced/distinct rates and length in words
-    (`answer_metrics`), under `<prefix>/...` keys."""
+    the final answers' EM, F1, cover-EM, answer/forced/distinct rates and length in words
+    (`answer_metrics`), and the search itself from each trajectory's `final["search"]`
+    (`recipes.search_metrics.search_summary`: own searches, retrieval recall, initial recall, the share of
+    episodes whose own search found a gold-holding document, gold-paragraph recall), under `<prefix>/...` keys."""
     n = max(1, len(trajs))
     rewards = [float(t.get("reward") or 0.0) for t in trajs]
     turns = [r for t in trajs for r in t["turns"]]
@@ -87,6 +90,9 @@ def rollout_metrics(trajs: Sequence[Mapping[str, Any]], prefix: str = "rollout")
         "episodes": float(len(trajs)),
         **answer_metrics(trajs),
     }
+    records = [(t.get("final") or {}).get("search") for t in trajs]
+    if any(records):
+        out.update(search_summary([r for r in records if r]))
     out.update({f"reward/{k}": _mean(v) for k, v in components.items()})
     reasons = Counter(t["finish_reason"] for t in trajs)
     out.update({f"finish/{r}": reasons.get(r, 0) / n for r in sorted(set(FINISH_REASONS) | set(reasons))})
@@ -101,6 +107,7 @@ def learner_metrics(policy: Mapping[str, float], critic: Mapping[str, float] | N
 
 
 TREND_KEYS = (("rollout/reward_mean", "reward"), ("rollout/searches_per_episode", "searches/episode"),
+              ("rollout/retrieval_recall", "retrieval recall"), ("rollout/found_by_search_rate", "found by search"),
               ("rollout/valid_action_rate", "valid-action rate"), ("rollout/relevant_search_rate", "relevant queries"),
               ("rollout/finish/answer", "answered"), ("rollout/answer_forced_rate", "answer forced"),
               ("rollout/answer_f1", "answer F1"), ("rollout/distinct_answer_rate", "distinct answers"))
@@ -146,25 +153,30 @@ def format_trend(trend: Sequence[Mapping[str, Any]]) -> str:
 
 
 DEV_CURVE_KEYS = (("dev/answer_f1", "F1"), ("dev/answer_cover_em", "cover-EM"), ("dev/answer_em", "EM"),
-                  ("dev/answer_rate", "answered"))
+                  ("dev/answer_rate", "answered"), ("dev/own_searches", "own searches"),
+                  ("dev/retrieval_recall", "retrieval recall"))
+SEARCH_CURVE_KEYS = ("dev/own_searches", "dev/retrieval_recall")
+"""Dev-curve keys of the search itself: NaN in rows of runs from before them (issue 61), not 0."""
 
 
 def dev_curve(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, float]]:
     """The dev evaluations of a run's metrics.jsonl rows, in step order: [{"step", "F1", "cover-EM",
-    "EM", "answered", "questions", "visits"}] for the rows with `dev/answer_f1` (step 0 = before any
-    update; visits = training questions seen, `train/question_visits`, NaN in runs from before it);
-    a key missing from a row reads 0."""
-    return [{"step": float(r["step"]), **{name: float(r.get(key, 0.0)) for key, name in DEV_CURVE_KEYS},
+    "EM", "answered", "own searches", "retrieval recall", "questions", "visits"}] for the rows with `dev/answer_f1`
+    (step 0 = before any update; visits = training questions seen, `train/question_visits`; own searches per
+    question and retrieval recall; each NaN in runs from before it); another key missing from a row reads 0."""
+    return [{"step": float(r["step"]),
+             **{name: float(r.get(key, math.nan if key in SEARCH_CURVE_KEYS else 0.0)) for key, name in DEV_CURVE_KEYS},
              "questions": float(r.get("dev/episodes", 0.0)), "visits": float(r.get("train/question_visits", math.nan))}
             for r in rows if "dev/answer_f1" in r]
 
 
 def format_dev_curve(curve: Sequence[Mapping[str, float]]) -> str:
     """`dev_curve` as a markdown table (step, question visits where the run logged them, F1, cover-EM,
-    EM, answered); "" without dev rows."""
+    EM, answered, and own searches and retrieval recall per question where the run logged them); "" without
+    dev rows."""
     if not curve:
         return ""
-    names = [name for _, name in DEV_CURVE_KEYS]
+    names = [name for _, name in DEV_CURVE_KEYS if not all(math.isnan(c.get(name, math.nan)) for c in curve)]
     visits = not any(math.isnan(c.get("visits", math.nan)) for c in curve)
     head = "| step | visits | " if visits else "| step | "
     lines = [head + " | ".join(names) + " |", "| ---: |" + " ---: |" * (len(names) + visits)]
@@ -175,11 +187,15 @@ def format_dev_curve(curve: Sequence[Mapping[str, float]]) -> str:
 
 def dev_summary(step: int, metrics: Mapping[str, float]) -> str:
     """One console line of a dev evaluation after `step` completed steps (0 = before any update):
-    F1, cover-EM, EM, share answered, questions and seconds (`time/eval_s`)."""
+    F1, cover-EM, EM, share answered, own searches and retrieval recall (when measured), questions and seconds
+    (`time/eval_s`)."""
     m = {k: float(metrics.get(k, 0.0)) for k in ("dev/answer_f1", "dev/answer_cover_em", "dev/answer_em",
-                                                   "dev/answer_rate", "dev/episodes", "time/eval_s")}
+                                                   "dev/answer_rate", "dev/episodes", "time/eval_s",
+                                                   "dev/own_searches", "dev/retrieval_recall")}
+    search = (f"own searches {m['dev/own_searches']:.2f} retrieval recall {m['dev/retrieval_recall']:.3f} "
+              if "dev/retrieval_recall" in metrics else "")
     return (f"dev step {step}: F1 {m['dev/answer_f1']:.3f} cover-EM {m['dev/answer_cover_em']:.3f} "
-            f"EM {m['dev/answer_em']:.3f} answered {m['dev/answer_rate']:.2f} "
+            f"EM {m['dev/answer_em']:.3f} answered {m['dev/answer_rate']:.2f} {search}"
             f"({m['dev/episodes']:.0f} questions, {m['time/eval_s']:.0f} s)")
 
 

@@ -17,7 +17,8 @@ log = logging.getLogger(__name__)
 def save_checkpoint(trainer: Any, step: int) -> Path:
     """Checkpoint after `step` completed steps: learners (weights, optimizer, scheduler, RNG), then
     `trainer_state.json` (written last: its presence marks a complete checkpoint), with the step's dev
-    answer F1 when it was evaluated and, in `train.async_mode: fully`, the groups trained so far (the
+    answer F1 when it was evaluated, the questions the warm start trained on (`warm_start_questions`, for
+    `train/question_visits` after --resume) and, in `train.async_mode: fully`, the groups trained so far (the
     rest are generated again on --resume). Older checkpoints beyond `train.keep_checkpoints` are
     deleted, but for the best by dev F1, which keeps its Hugging Face weights (`prune_checkpoints`);
     `checkpoints/best` names the best by dev F1, the warm start included (`name_best_checkpoint`).
@@ -26,7 +27,8 @@ def save_checkpoint(trainer: Any, step: int) -> Path:
     trainer.policy.save_checkpoint(str(path))
     if trainer.critic is not None:
         trainer.critic.save_checkpoint(str(path))
-    state = {"step": step, "wandb_id": trainer.tracker.wandb_id if trainer.tracker else None, "time": time.time()}
+    state = {"step": step, "wandb_id": trainer.tracker.wandb_id if trainer.tracker else None, "time": time.time(),
+             "warm_start_questions": float(getattr(trainer, "warm_questions", 0.0))}
     dev_f1 = getattr(trainer, "dev_f1", {})
     if step in dev_f1:
         state["dev_answer_f1"] = dev_f1[step]
@@ -51,8 +53,15 @@ def save_checkpoint(trainer: Any, step: int) -> Path:
 
 def load_checkpoint(trainer: Any, checkpoint: Path) -> int:
     """Load a checkpoint into the learners and sync the policy to the workers; returns its step.
-    In fully async mode the groups it trained are kept for the rollout stream (`stream_committed`)."""
+    In fully async mode the groups it trained are kept for the rollout stream (`stream_committed`).
+    `trainer.warm_questions` comes back from the checkpoint (the warm start does not run again); a checkpoint
+    from before it was saved keeps the count its run logged then, `train.warm_start.questions`."""
     state = json.loads((checkpoint / STATE_FILE).read_text())
+    if "warm_start_questions" in state:
+        trainer.warm_questions = float(state["warm_start_questions"])
+    else:  # older checkpoints: the count their metrics already used, so the visits never go back
+        ws = getattr(trainer.cfg.train, "warm_start", None)
+        trainer.warm_questions = float(ws.questions) if ws is not None else 0.0
     trainer.stream_committed = [tuple(k) for k in state.get("stream_committed", [])]
     trainer.policy.load_checkpoint(str(checkpoint))
     if trainer.critic is not None:

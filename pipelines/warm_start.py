@@ -44,6 +44,12 @@ def demonstrations(trajectories: Sequence[dict]) -> list[dict]:
     return [t for t in trajectories if t.get("finish_reason") in ("answer", "complete") and any(t["loss_mask"])]
 
 
+def kept_questions(trajectories: Sequence[dict]) -> int:
+    """How many questions `trajectories` (dicts) cover: distinct `group_id`s (a question's samples share one);
+    the warm start's share of `train/question_visits`, which counts a group of samples as one visit."""
+    return len({t["group_id"] for t in trajectories})
+
+
 def supervised_batch(trajectories: Sequence[dict], mini_batch_size: int, pad_token_id: int, epochs: int = 1):
     """A `TrainBatch` of `trajectories` repeated `epochs` times and cycled up to a multiple of
     `mini_batch_size` rows (the learner's update takes whole mini-batches), with `advantages` 1.0 on every
@@ -82,8 +88,10 @@ def warm_start(trainer: Any) -> dict[str, float]:
     """Run the warm start on a `pipelines.train.Trainer` whose actors are up (see the module docstring).
 
     Returns:
-        `warm_start/*` metrics: episodes, kept, reward_mean (all episodes), kept_reward_mean, and the
-        update's policy_loss (the NLL), token_prob_mean, lr, optimizer_steps and update_s (absent when nothing was kept).
+        `warm_start/*` metrics: episodes, kept (episodes), kept_questions (questions with a kept episode),
+        reward_mean (all episodes), kept_reward_mean, and the update's policy_loss (the NLL), token_prob_mean,
+        lr, optimizer_steps and update_s (absent when nothing was kept). Sets `trainer.warm_questions` to
+        kept_questions once the update ran (the questions it trained on count in `train/question_visits`).
     Raises:
         As `Trainer.rollout` and `LearnerGroup.update`.
     """
@@ -102,6 +110,7 @@ def warm_start(trainer: Any) -> dict[str, float]:
         kept = kept_episodes(trajs, ws.min_reward)
     rewards = [float(t["reward"] or 0.0) for t in trajs]
     out = {"warm_start/episodes": float(len(trajs)), "warm_start/kept": float(len(kept)),
+           "warm_start/kept_questions": float(kept_questions(kept)),
            "warm_start/reward_mean": sum(rewards) / max(len(rewards), 1),
            "warm_start/kept_reward_mean": sum(float(t["reward"] or 0.0) for t in kept) / max(len(kept), 1)}
     if not kept:
@@ -115,6 +124,7 @@ def warm_start(trainer: Any) -> dict[str, float]:
              ws.source, batch.size, len(kept), ws.epochs, cfg.learner.mini_batch_size)
     m = trainer.policy.update(batch, supervised_algorithm(cfg.algorithm), lr=ws.lr)  # NLL: no old log-probs needed
     trainer.policy.sync_weights(trainer.workers, version=trainer.weight_version)
+    trainer.warm_questions = out["warm_start/kept_questions"]  # trained on: the visits count these, not ws.questions
     # The warm-started policy alone, kept for evaluation as its own row ("warm start only":
     # `scripts.evaluate --checkpoint runs/<run> --methods warm_start,...`); no optimizer state, not resumable.
     trainer.policy.save_hf(str(trainer.run_dir / WARM_START_DIR))

@@ -253,6 +253,10 @@ class RecipeConfig(BaseModel):
         None, description="Text appended after an invalid action; None = an invalid action ends the episode."
     )
     doc_template: str = Field(DOC_TEMPLATE, description="How one document is shown, fields {i} {title} {text}.")
+    fresh_docs: bool = Field(
+        False, description="A search returns the top-k of the documents not yet shown in the episode (the initial "
+        "top-k and earlier searches' documents left out), so a repeated query finds something new. False = the "
+        "papers' retrieval (Search-R1, s3), which shows a document again when a query repeats.")
 
 
 class EpisodeDoneError(RuntimeError):
@@ -469,10 +473,19 @@ class Recipe(ABC):
         """Whether the recipe writes expert demonstrations (`expert_turn` is its own, not this base's)."""
         return cls.expert_turn is not Recipe.expert_turn
 
-    def expert_turn(self, episode: Episode) -> str | None:
+    def expert_queries(self, episode: Episode) -> list[Any]:
+        """Candidate queries (`recipes.expert.ExpertQuery`, best first) for the expert's next turn to search with;
+        [] when it would not search. The agent loop (`AgentLoop(expert=True)`) runs each against the index and
+        passes `expert_turn` the first whose documents bring a gold answer into view (or one marked
+        `checked=False`), else None."""
+        return []
+
+    def expert_turn(self, episode: Episode, query: Any = None) -> str | None:
         """The next turn of a rule-based expert that knows `episode.golden_answers`, written in this recipe's
         tags so that its own `parse` reads it (warm-start demonstrations, `train.warm_start.source: expert`).
         The first turn leaves out the prompt's forced response prefix (a prefill), as a policy's would.
+        `query`: the `recipes.expert.ExpertQuery` the agent loop checked against the index (`expert_queries`),
+        None when no candidate brought a gold answer into view.
 
         Returns:
             The turn's text, or None: the expert has no demonstration for this question (no document it was

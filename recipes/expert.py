@@ -1,8 +1,12 @@
 """Helpers of the rule-based experts (`Recipe.expert_turn`, the warm start's demonstrations): which shown
-documents hold a gold answer, and a turn's text without the prompt's forced response prefix."""
+documents hold a gold answer, a turn's text without the prompt's forced response prefix, and the candidate
+queries of an expert that searches with purpose (`search_candidates`: built from the question, the shown
+documents and the row's supporting titles; the agent loop checks each against the index)."""
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from typing import Sequence
 
 from recipes.base import Doc, Episode
@@ -29,3 +33,111 @@ def after_prefix(episode: Episode, text: str) -> str | None:
     if episode.turns or not prefix:
         return text
     return text[len(prefix):] if text.startswith(prefix) else None
+
+
+# ----------------------------------------------------------------------------- the expert's own searches (issue 61)
+
+@dataclass(frozen=True)
+class ExpertQuery:
+    """A search the expert may write: the query and the reasoning that says why (in the recipe's think tags)."""
+
+    query: str
+    reason: str
+    checked: bool = True  # False: kept even when its documents bring no gold answer into view
+
+
+MAX_EXPERT_QUERIES = 16
+"""Candidates the agent loop checks against the index per expert turn, at most (each is one search call)."""
+
+_STOP = frozenset(
+    "a an the of in on at to for from by with and or is are was were be been what which who whom whose when where "
+    "why how did does do that this these those it its as into there than then same both other also has have had "
+    "one two first last not".split())
+_CAPITALIZED = re.compile(r"[A-Z0-9][\w'\-\.]*(?:\s+(?:of|the|de|von|van|du|la|and|&)?\s*[A-Z0-9][\w'\-\.]*)*")
+_QUESTION_WORDS = frozenset("what which who whom whose when where why how is are was were did does do in on the "
+                            "at for from by".split())
+
+
+def entity_phrases(text: str, limit: int = 12) -> list[str]:
+    """Capitalized word runs of `text` (names of people, places, works: "Kill Bill", "Bank of England"), each
+    once, in order; a run that is only a question word, a stopword or a number is left out; at most `limit`."""
+    out: list[str] = []
+    for m in _CAPITALIZED.finditer(text):
+        phrase = m.group(0).strip(" .'-")
+        words = phrase.split()
+        while words and words[0].lower() in _QUESTION_WORDS:
+            words = words[1:]
+        phrase = " ".join(words)
+        if not phrase or phrase.lower() in _STOP or len(phrase) < 2 or phrase.replace(" ", "").isdigit():
+            continue
+        if phrase not in out:
+            out.append(phrase)
+        if len(out) >= limit:
+            break
+    return out
+
+
+def key_words(question: str, leave_out: Sequence[str] = ()) -> list[str]:
+    """The question's content words (lowercase, no stopwords, no punctuation) without those of `leave_out`."""
+    from recipes.metrics import normalize_answer
+
+    skip = {w for p in leave_out for w in normalize_answer(p).split()}
+    return [w for w in normalize_answer(question).split() if w not in _STOP and w not in skip]
+
+
+def position_mentioning(docs: Sequence[Doc], phrase: str) -> int | None:
+    """1-based position of the first document whose text holds `phrase` as a token span, else None."""
+    from recipes.metrics import span_check
+
+    return next((i for i, d in enumerate(docs, 1) if span_check(d.text, [phrase])), None)
+
+
+def search_candidates(question: str, latest: Sequence[Doc], shown: Sequence[Doc],
+                      supporting_titles: Sequence[str] = ()) -> list[ExpertQuery]:
+    """Queries the expert may write when the documents shown so far hold no gold answer, best first; the agent
+    loop keeps the first one whose results bring a gold-holding document into view (`AgentLoop(expert=True)`).
+
+    1. Each supporting title (rows that list `supporting_titles`) not yet shown: the missing paragraph's title,
+       cited as the latest documents write it when they mention it (the bridge entity).
+    2. Then, shortest first: entity names of the latest documents that the question does not hold, each with
+       the question's key words that its document lacks (the next hop's); the question's own entity names; the question's key words alone.
+    3. The question itself (it finds something new only when no document was shown yet, or with `fresh_docs`).
+
+    `latest`: the documents of the latest observation (the initial top-k on the first turn), which a reason may
+    cite by position; `shown`: every document shown so far. At most `MAX_EXPERT_QUERIES`, each query once.
+    """
+    shown_titles = {d.title.strip().lower() for d in shown}
+    first: list[ExpertQuery] = []
+    for title in supporting_titles:
+        if title.strip().lower() in shown_titles:
+            continue
+        at = position_mentioning(latest, title)
+        why = (f"Doc {at} mentions {title}, but no document gives the answer. I need to search for {title}."
+               if at else f"The documents do not give the answer. I need to search for {title}.")
+        first.append(ExpertQuery(title, why))
+    q_entities = entity_phrases(question)
+    rel = " ".join(key_words(question, q_entities)[:4])
+    rest: list[ExpertQuery] = []
+    for doc in latest:
+        # the second hop's key words: the question's, less those the document that names the entity already has
+        doc_words = set(key_words(doc.text))
+        hop = " ".join([w for w in key_words(question, q_entities) if w not in doc_words][:4])
+        for doc_entity in entity_phrases(doc.text, 6):
+            if doc_entity.lower() in question.lower() or doc_entity.lower() in shown_titles:
+                continue
+            at = position_mentioning(latest, doc_entity)
+            query = f"{doc_entity} {hop}".strip()
+            rest.append(ExpertQuery(query, f"Doc {at} mentions {doc_entity}. I need to search for {query}."))
+    for e in q_entities:
+        query = f"{e} {rel}".strip()
+        rest.append(ExpertQuery(query, f"The documents do not give the answer. I need to search for {query}."))
+    words = " ".join(key_words(question))
+    if words:
+        rest.append(ExpertQuery(words, f"The documents do not give the answer. I need to search for {words}."))
+    rest.sort(key=lambda c: len(c.query.split()))
+    why = "I need to search for the answer." if not shown else "I need more documents about the question."
+    out: list[ExpertQuery] = []
+    for c in [*first, *rest, ExpertQuery(question, why)]:
+        if c.query and c.query.lower() not in {o.query.lower() for o in out}:
+            out.append(c)
+    return out[:MAX_EXPERT_QUERIES]

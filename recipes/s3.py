@@ -258,7 +258,7 @@ class S3(Recipe):
     def observation_text(self, docs: Sequence[Doc]) -> str:
         return f"\n\n<information>\n{self.format_docs(docs)}\n</information>\n\n"
 
-    def expert_turn(self, episode: Episode) -> str | None:
+    def expert_turn(self, episode: Episode, query: Any = None) -> str | None:
         """The expert searcher: select the documents of the latest information block that hold a gold answer
         (at most `max_selected`) and complete; when the initial top-k holds none, search once with the question
         itself (`max_turns` > 0), then select from its results. No gold answer in what it was shown: None."""
@@ -272,7 +272,8 @@ class S3(Recipe):
             if not self.select_only:
                 text += "<search_complete>True</search_complete>"
         elif not episode.turns and not self.select_only:  # nothing of the initial block (App. A.5: else all of it)
-            text = "<important_info>[]</important_info><query>" + json.dumps({"query": episode.question}) + "</query>"
+            q = query.query if query is not None else episode.question  # a checked `ExpertQuery`, else the question
+            text = "<important_info>[]</important_info><query>" + json.dumps({"query": q}) + "</query>"
         else:
             return None
         return after_prefix(episode, text)

@@ -13,6 +13,7 @@ from pydantic import Field
 
 from recipes.base import Episode, RewardBreakdown, Scorer
 from recipes.metrics import exact_match, f1_score
+from recipes.search_metrics import search_record
 from recipes.tagged import TaggedConfig, TaggedSearchRecipe
 
 INSTRUCTION = (
@@ -43,6 +44,13 @@ class SearchR1Config(TaggedConfig):
     format_penalty: float = Field(
         0.0, le=0, description="Added when the episode's format is wrong; the one format error read is a forced answer "
         "(`force_answer`: the loop, not the policy, wrote the answer tag). 0 = the paper's outcome-only reward.")
+    found_reward: float = Field(
+        0.0, ge=0, description="Added once when a search of the policy's own returned a document, not among the "
+        "initial top-k, that holds a gold answer (`recipes.search_metrics.SearchRecord.found_by_search`): pays for "
+        "finding, not for searching (issue 61; after StepSearch's information gain). 0 = the paper's reward.")
+    outcome_weight: float = Field(
+        1.0, ge=0, description="Weight of the outcome component (EM or F1). 0 with `found_reward` > 0 = a recall "
+        "stage that pays only for finding (DeSA's first stage), e.g. before an EM stage in `train.stages`.")
 
 
 class SearchR1(TaggedSearchRecipe):
@@ -55,12 +63,16 @@ class SearchR1(TaggedSearchRecipe):
 
     def reward(self, episode: Episode, scorer: Scorer | None = None) -> RewardBreakdown:
         """Components: `em` (1 if the `<answer>` equals a gold answer after normalization), or with
-        `reward_metric="f1"` `f1` (token F1 against the best gold answer); with `format_penalty` < 0 also `format`
-        (the penalty for a forced answer, else 0). Total ∈ [format_penalty, 1]; no answer scores 0."""
+        `reward_metric="f1"` `f1` (token F1 against the best gold answer), times `outcome_weight`; with
+        `format_penalty` < 0 also `format` (the penalty for a forced answer, else 0); with `found_reward` > 0 also
+        `found` (`found_reward` when the policy's own search found a gold-holding document beyond the initial
+        top-k, else 0). Total ∈ [format_penalty, outcome_weight + found_reward]; no answer scores 0 on the outcome."""
         final = episode.final or self.final_output(episode)
         metric = exact_match if self.config.reward_metric == "em" else f1_score
         score = metric(final.answer, list(episode.golden_answers)) if final.answer is not None else 0.0
-        parts = {self.config.reward_metric: score}
+        parts = {self.config.reward_metric: self.config.outcome_weight * score}
         if self.config.format_penalty:
             parts["format"] = self.config.format_penalty if episode.answer_forced else 0.0
+        if self.config.found_reward:
+            parts["found"] = self.config.found_reward if search_record(episode).found_by_search else 0.0
         return RewardBreakdown(sum(parts.values()), parts)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import ClassVar
+from dataclasses import replace
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -25,7 +26,7 @@ from recipes.base import (
     Search,
     prefilled,
 )
-from recipes.expert import after_prefix, docs_holding_answer
+from recipes.expert import ExpertQuery, after_prefix, docs_holding_answer, search_candidates
 from recipes.metrics import span_check
 from recipes.tags import clean, find_blocks
 
@@ -80,6 +81,13 @@ class TaggedConfig(RecipeConfig):
         "episode records `answer_forced`; format rewards count it as a format error. Not in the papers.")
     forced_answer_tokens: int = Field(
         32, ge=1, description="Token budget of the forced answer turn (an answer is a short span).")
+    expert_searches: Literal["when_needed", "always", "question"] = Field(
+        "when_needed", description="When and how the warm start's expert (`train.warm_start.source: expert`) searches: "
+        "`when_needed`, when the documents shown hold no gold answer, with a query checked to bring one into view; "
+        "`always`, also once before answering when they do (a query that brings a new gold-holding document when one "
+        "exists, else its best candidate); `question`, the expert before issue 61: its one query is the question "
+        "itself (under `initial_search` it repeats the top-k, so it never finds anything and never searches). "
+        "Not in the papers.")
 
 
 class TaggedSearchRecipe(Recipe):
@@ -180,27 +188,73 @@ class TaggedSearchRecipe(Recipe):
         """Text a recipe's loop requires before the answer, given the sentence that holds it (R-Search: evidence)."""
         return ""
 
-    def expert_turn(self, episode: Episode) -> str | None:
-        """The expert searcher-answerer: answer with the gold answer that a shown document holds, citing it; when
-        none was shown yet, search once with the question itself. Its reasoning goes in this recipe's think
-        tags (free text for R-Search), as the worked example's does. Nothing found by that search: None."""
+    def _expert_blocks(self, episode: Episode) -> tuple[list[Doc], list[Doc]] | None:
+        """(the latest observation's documents, every document shown so far) where the expert has a turn to write:
+        at the start (the initial top-k with `initial_search`, else none) or right after a search; else None."""
         last = episode.turns[-1] if episode.turns else None
         if last is None:
-            docs = list(episode.initial_docs) if self.config.initial_search else []
+            latest = list(episode.initial_docs) if self.config.initial_search else []
         elif isinstance(last.action, Search) and last.docs is not None:
-            docs = last.docs
+            latest = list(last.docs)
         else:
             return None
-        found = docs_holding_answer(docs, episode.golden_answers)
-        if found:
+        from recipes.search_metrics import shown_docs
+
+        return latest, shown_docs(episode)
+
+    def expert_queries(self, episode: Episode) -> list[ExpertQuery]:
+        """`recipes.expert.search_candidates` when the documents shown hold no gold answer and a search is still
+        allowed (`max_turns`); with `expert_searches: always`, also before the first search of the episode when
+        they do (then the first candidate is kept even if nothing new comes of it: `checked=False`); with
+        `expert_searches: question`, the question itself at the first turn only."""
+        blocks = self._expert_blocks(episode)
+        if blocks is None or episode.num_steps >= self.config.max_turns:
+            return []
+        latest, shown = blocks
+        held = bool(docs_holding_answer(shown, episode.golden_answers))
+        always = self.config.expert_searches == "always" and episode.num_searches == 0
+        if held and not always:
+            return []
+        if self.config.expert_searches == "question":
+            return [] if held or episode.turns else [ExpertQuery(episode.question, "I need to search for the answer.")]
+        titles = episode.meta.get("supporting_titles") or ()
+        out = search_candidates(episode.question, latest, shown, titles)
+        if held:  # the documents hold the answer: the search checks it, and its reason must not say otherwise
+            out = [replace(c, reason=f"Let me check the answer with a search for {c.query}.") for c in out]
+        if always and out:
+            out.append(replace(out[0], checked=False))
+        return out
+
+    def expert_turn(self, episode: Episode, query: ExpertQuery | None = None) -> str | None:
+        """The expert searcher-answerer: search with `query` (the agent loop checked it brings a gold answer into
+        view; `expert_queries`) when the documents shown hold none, or when `expert_searches: always` and it has
+        not searched yet; otherwise answer with the gold answer that the latest documents hold, citing it (or,
+        after a search that found nothing new, the earlier document that holds it). Its reasoning goes in this
+        recipe's think tags (free text for R-Search), as the worked example's does. No query where one is
+        needed, or nothing to answer from: None."""
+        blocks = self._expert_blocks(episode)
+        if blocks is None:
+            return None
+        latest, shown = blocks
+        last = episode.turns[-1] if episode.turns else None
+        found = docs_holding_answer(latest, episode.golden_answers)
+        earlier = docs_holding_answer(shown, episode.golden_answers)
+        always = self.config.expert_searches == "always" and episode.num_searches == 0
+        if query is not None and (not earlier or always):
+            lead = self._think(query.reason)
+            action = f"{self.search_tags[0]} {query.query} {self.search_tags[1]}"
+        elif found:
             position, gold = found[0]
             lead = "" if last is None else self.expert_evaluation(position, gold)
             lead += self._think(f"Doc {position} says the answer is {gold}.")
-            lead += self.expert_before_answer(sentence_holding(docs[position - 1].text, gold))
+            lead += self.expert_before_answer(sentence_holding(latest[position - 1].text, gold))
             action = f"{self.answer_tags[0]} {gold} {self.answer_tags[1]}"
-        elif last is None:
-            lead = self._think("I need to search for the answer.")
-            action = f"{self.search_tags[0]} {episode.question} {self.search_tags[1]}"
+        elif earlier and last is not None:  # the search found nothing new: answer from the first documents
+            position, gold = earlier[0]
+            lead = self._think(f"The search found nothing new. Doc {position} of the first documents says the "
+                               f"answer is {gold}.")
+            lead += self.expert_before_answer(sentence_holding(shown[position - 1].text, gold))
+            action = f"{self.answer_tags[0]} {gold} {self.answer_tags[1]}"
         else:
             return None
         text = after_prefix(episode, lead + action)

@@ -30,7 +30,8 @@ from pathlib import Path
 from scripts.cli import announce_machine, parse_config, user_errors
 
 DEFAULT_CONFIG = "configs/main_cpu.yaml"  # Search-R1 after an expert warm start, GRPO on EM (docs/main-job.md)
-EVAL_METHODS = ("direct", "naive_rag", "policy", "untrained")  # the trained searcher against the same model untrained
+EVAL_METHODS = ("direct", "naive_rag", "policy", "no_search", "untrained")  # the trained searcher against the same model
+# untrained, and against itself with its own searches off (what searching added)
 
 log = logging.getLogger(__name__)
 

@@ -44,10 +44,19 @@ from serving.schemas import Limits, ModelOut, SearchRequest
 from serving.searcher import SearchService
 
 _READY_TIMEOUT_S = 10.0  # /health waits this long for each deployment's answer
+
+# Stopping the app (`serve.shutdown()`, a scale-down, an upgrade). Serve stops the deployments one after another
+# (seen: Ingress, then Searcher, then Retrieval) and `serve.shutdown()` gives up on the controller after 30 s; a
+# replica still running at its deadline is killed, and an engine killed mid-shutdown leaves its 160 MB
+# `psm_*` segment in /dev/shm. Serve's defaults (20 s each, drained in 2 s polls) can sum past 30 s with
+# requests in flight. An engine's own shutdown takes ~5 s (vLLM gives its engine core 5 s, then kills it), so:
+_STOP_POLL = {"graceful_shutdown_wait_loop_s": 0.5}  # in-flight requests polled every 0.5 s, not 2 s
+_STOP_ENGINE = {**_STOP_POLL, "graceful_shutdown_timeout_s": 10.0}  # the engine's shutdown (s) fits in it
+_STOP_QUICK = {**_STOP_POLL, "graceful_shutdown_timeout_s": 3.0}  # no engine: short requests only (s)
 _LOST = (RayActorError, DeploymentUnavailableError, ReplicaUnavailableError)  # a replica died or none is up
 
 
-@serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=1000)
+@serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=1000, **_STOP_QUICK)
 class Retrieval:
     """The retrieval pool of the app (its shard and encoder actors die with this replica, and a
     restarted replica starts them again). Args: the index directory and `RetrievalConfig` dict."""
@@ -66,7 +75,7 @@ class Retrieval:
         return await self.pool.ready.remote()
 
 
-@serve.deployment(max_ongoing_requests=1000)
+@serve.deployment(max_ongoing_requests=1000, **_STOP_ENGINE)
 class Generator(FrozenLLMWorker):
     """The frozen generator (s3 answers from the selected documents), as in evaluation."""
 
@@ -74,7 +83,7 @@ class Generator(FrozenLLMWorker):
         await self.shutdown()  # Serve calls it when the replica stops: free the engine
 
 
-@serve.deployment
+@serve.deployment(**_STOP_ENGINE)
 class Searcher:
     """A policy engine running served episodes (`SearchService`).
 
@@ -172,7 +181,7 @@ class HandleBackend:
         return await retrieve_response(request, self.retrieval.search.remote, self.retrieval_cfg)
 
 
-@serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=1000)
+@serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=1000, **_STOP_QUICK)
 @serve.ingress()
 class Ingress:
     """The HTTP routes (`serving.api.make_api`) over `HandleBackend`. `settings`: `ApiSettings`

@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import Any
 
 from serving.checkpoint import Served
 
 APP_NAME = "searchrl"
+log = logging.getLogger(__name__)
 
 
 def start_app(cfg: Any, served: Served, ready_timeout_s: float = 60.0) -> str:
@@ -43,14 +45,29 @@ def start_app(cfg: Any, served: Served, ready_timeout_s: float = 60.0) -> str:
     return f"{base}{sv.route_prefix.rstrip('/')}"
 
 
-def stop_app(own_cluster: bool) -> None:
-    """Remove the app; on a cluster this process started, stop Serve and Ray too, and kill the
-    replicas' engine processes that outlived them (`cluster.ray_init.shutdown_local_ray`)."""
+def stop_app(own_cluster: bool) -> list[str]:
+    """Remove the app; on a cluster this process started, stop Serve and Ray too, kill the replicas'
+    engine processes that outlived them (`cluster.ray_init.shutdown_local_ray`) and remove the /dev/shm
+    segments its processes mapped before the stop that no process maps any more (an engine whose replica
+    was killed mid-shutdown leaves vLLM's 160 MB `psm_*` message queue otherwise), then what engines of
+    replicas that crashed earlier left (`cluster.shm.sweep_stale_shm`, as a training run does at its end).
+
+    Returns:
+        The removed /dev/shm paths ([] on a joined cluster, whose processes are not ours).
+    """
     from ray import serve
 
     from cluster.ray_init import shutdown_local_ray
+    from cluster.shm import STOP_SWEEP_MIN_AGE_S, remove_unmapped, sweep_stale_shm, tree_segments
 
+    segments = tree_segments() if own_cluster else set()  # the local cluster's processes are ours
     with contextlib.suppress(Exception):  # nothing to clean up if Serve never started
         serve.shutdown() if own_cluster else serve.delete(APP_NAME)
-    if own_cluster:
-        shutdown_local_ray()
+    if not own_cluster:
+        return []
+    shutdown_local_ray()
+    removed = remove_unmapped(segments)  # any age: the sweep's age guard would spare one written just now
+    removed += sweep_stale_shm(STOP_SWEEP_MIN_AGE_S)
+    if removed:
+        log.info("removed %d /dev/shm segment(s) stopped engines left: %s", len(removed), ", ".join(removed))
+    return removed

@@ -63,6 +63,9 @@ def _record(q: dict, method: str) -> dict:
             {"text": "[1, 2]</important_info><search_complete>True</search_complete> <b>not bold</b>",
              "action": "Complete", "query": None, "doc_ids": [], "finish_reason": "stop"}]
         rec["context"], rec["searches"] = format_docs([BY_ID[i] for i in ids[:2]]), 2
+        # the search itself (recipes.search_metrics): the first question's search showed its gold, the others not
+        rec["search"] = {"own_searches": 1, "shown_doc_ids": ids, "retrieval_hit": q is QUESTIONS[0],
+                         "initial_hit": False, "found_by_search": q is QUESTIONS[0], "gold_paragraph_recall": None}
     elif method == "untrained":
         rec["turns"] = [{"text": "1, 4]</important_info>", "action": "Complete", "query": None, "doc_ids": [],
                          "finish_reason": "stop"}]

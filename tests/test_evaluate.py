@@ -9,6 +9,7 @@ import math
 import pytest
 import yaml
 
+from pipelines.eval_rows import MULTI_HOP
 from pipelines.evaluate import (
     ALL,
     EvaluationError,
@@ -40,9 +41,10 @@ def _records() -> list[QARecord]:
 def test_compute_rows_hand_computed():
     rows = compute_rows(_records())
     assert [(r["method"], r["dataset"]) for r in rows] == [
-        ("s3", "hotpotqa"), ("s3", "nq"), ("s3", ALL), ("direct", "nq"), ("direct", ALL)]
-    assert all(set(r) == ROW_KEYS for r in rows)
-    hotpot, nq, s3_all, direct_nq, direct_all = rows
+        ("s3", "hotpotqa"), ("s3", "nq"), ("s3", ALL), ("s3", "multi-hop"), ("direct", "nq"), ("direct", ALL)]
+    assert all(set(r) == ROW_KEYS for r in rows)  # no search columns: these records carry no search
+    hotpot, nq, s3_all, s3_multi, direct_nq, direct_all = rows
+    assert {k: v for k, v in s3_multi.items() if k != "dataset"} == {k: v for k, v in hotpot.items() if k != "dataset"}
     expect = {
         "hotpot": (hotpot, 3, 0.0, 0.5 / 3, 1 / 3, 1 / 3, 2 / 3, 5 / 3),
         "nq": (nq, 1, 1.0, 1.0, 1.0, 1.0, 1.0, 2.0),
@@ -68,13 +70,14 @@ def test_format_markdown():
     assert lines[4] == "| s3 | hotpotqa | 3 | 0.000 | 0.167 | 0.333 | 0.333 | 0.667 | 1.67 |"
     assert lines[6] == ("| **s3** | **all** | **4** | **0.250** | **0.375** | **0.500** | **0.500** | **0.750** "
                         "| **1.75** |")
-    assert len(lines) == 4 + 5 and text.endswith("|\n")
+    assert lines[7].startswith("| **s3** | **multi-hop** | **3** |")  # HotpotQA pooled as the multi-hop row
+    assert len(lines) == 4 + 6 and text.endswith("|\n")
     assert format_markdown([]).count("\n") == 2  # header only
 
 
 def test_parse_methods():
     assert parse_methods("direct, policy,direct") == ["direct", "policy"]
-    with pytest.raises(EvaluationError, match="--methods.*unknown.*'rag'.*direct,naive_rag,policy,untrained"):
+    with pytest.raises(EvaluationError, match="--methods.*unknown.*'rag'.*direct,naive_rag,policy,no_search,untrained"):
         parse_methods("direct,rag")
 
 
@@ -171,28 +174,40 @@ def test_evaluate_end_to_end_through_the_actors(ray_local, small_index, data_dir
         "train": {"recipe": "s3", "recipe_options": {"max_turns": 2}},
     }))
     code = main(["--config", str(config), "--checkpoint", str(ckpt), "--qa", str(data_dir / "dev.jsonl.gz"),
-                 "--out", str(out), "--limit", "3", "--methods", "direct,naive_rag,policy"])
+                 "--out", str(out), "--limit", "3", "--methods", "direct,naive_rag,policy,no_search"])
     assert code == 0
     assert ray_local.is_initialized()  # a running cluster is joined and left running
 
     rows = json.loads((out / "results.json").read_text())
-    assert [r["method"] for r in rows if r["dataset"] == ALL] == ["direct", "naive_rag", "policy"]
-    for r in rows:  # pooled rows: bootstrap intervals; policy's also its paired difference to naive_rag
-        extra = set() if r["dataset"] != ALL else {"ci", "paired"} if r["method"] == "policy" else {"ci"}
-        assert set(r) == ROW_KEYS | extra
+    methods = ["direct", "naive_rag", "policy", "no_search"]
+    assert [r["method"] for r in rows if r["dataset"] == ALL] == methods
+    pooled = (ALL, MULTI_HOP)
+    for r in rows:  # pooled rows: bootstrap intervals; policy's also its paired differences (naive_rag, no_search)
+        extra = set() if r["dataset"] not in pooled else {"ci", "paired"} if r["method"] == "policy" else {"ci"}
+        if r["method"] != "direct":  # every method that retrieves: the search itself (issue 61)
+            extra |= {"own_searches_per_question", "retrieval_recall"}
+        assert ROW_KEYS | extra <= set(r) <= ROW_KEYS | extra | {"gold_paragraph_recall"}
         for m in ("em", "f1", "cover_em", "span_check", "gen_acc"):
             assert 0.0 <= r[m] <= 1.0 and not math.isnan(r[m])
         assert r["span_check"] <= r["gen_acc"]  # GenAcc = span_check OR judge
-    for method in ("direct", "naive_rag", "policy"):
+    for method in methods:
         mine = [r for r in rows if r["method"] == method]
-        assert mine[-1]["dataset"] == ALL and mine[-1]["n"] == 3
-        assert sum(r["n"] for r in mine[:-1]) == 3
-    searches = {r["method"]: r["searches_per_question"] for r in rows if r["dataset"] == ALL}
+        assert [r["n"] for r in mine if r["dataset"] == ALL] == [3]
+        assert sum(r["n"] for r in mine if r["dataset"] not in pooled) == 3
+    by = {r["method"]: r for r in rows if r["dataset"] == ALL}
+    searches = {m: r["searches_per_question"] for m, r in by.items()}
     assert searches["direct"] == 0.0 and searches["naive_rag"] == 1.0
     assert 1.0 <= searches["policy"] <= 3.0  # s3: the initial top-k + at most max_turns searches
+    assert by["policy"]["own_searches_per_question"] == searches["policy"] - 1.0  # the initial top-k not counted
+    assert searches["no_search"] == 1.0 and by["no_search"]["own_searches_per_question"] == 0.0  # searches off
+    assert by["naive_rag"]["own_searches_per_question"] == 0.0
+    assert by["no_search"]["retrieval_recall"] == by["naive_rag"]["retrieval_recall"]  # the same top-3 shown
+    assert by["policy"]["retrieval_recall"] >= by["no_search"]["retrieval_recall"]
+    assert by["policy"]["paired"]["no_search"]["n"] == 3
 
     preds = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
-    assert len(preds) == 9
+    assert len(preds) == 12
+    assert all(len(p["search"]["shown_doc_ids"]) >= 3 for p in preds if p["method"] != "direct")
     s3_preds = [p for p in preds if p["method"] == "policy"]
     assert all(p["recipe"] == "s3" and isinstance(p["answer"], str) for p in s3_preds)  # the generator's answers
     assert any(p["context"].startswith("Doc 1(Title:") for p in s3_preds)  # the searcher's selected documents
@@ -208,7 +223,7 @@ def test_evaluate_end_to_end_through_the_actors(ray_local, small_index, data_dir
     printed = capsys.readouterr().out
     assert table in printed  # the CLI prints the table, then each method's seconds per question
     timing = json.loads((out / "timing.json").read_text())
-    assert set(timing) == {"direct", "naive_rag", "policy"}
+    assert set(timing) == set(methods)
     assert all(t["questions"] == 3 and t["s_per_question"] > 0 for t in timing.values())
     assert f"seconds per question: direct {timing['direct']['s_per_question']:.2f}, naive_rag " in printed
 

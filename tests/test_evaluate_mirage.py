@@ -46,7 +46,8 @@ def test_mirage_rows_come_after_the_qa_all_row_and_stay_out_of_it():
         QARecord("policy", "mirage/bioasq", "yes", ("A. yes", "yes"), 1, True),
     ]
     rows = compute_rows(records)
-    assert [r["dataset"] for r in rows] == ["hotpotqa", "nq", ALL, "mirage/bioasq", "mirage/medqa", "mirage/all"]
+    assert [r["dataset"] for r in rows] == ["hotpotqa", "nq", ALL, "multi-hop", "mirage/bioasq", "mirage/medqa",
+                                            "mirage/all"]
     by = {r["dataset"]: r for r in rows}
     assert (by[ALL]["n"], by[ALL]["gen_acc"]) == (2, 0.5)
     assert (by["mirage/all"]["n"], by["mirage/all"]["gen_acc"]) == (3, pytest.approx(2 / 3))

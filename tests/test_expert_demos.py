@@ -44,11 +44,14 @@ def run_expert(tokenizer, recipe, answer_at, examples, compute_reward=False):
 
 
 @pytest.mark.parametrize("name", ["search_r1", "r1_searcher", "r_search", "eval_rar"])
-def test_the_expert_searches_with_the_question_then_answers_with_the_gold_it_read(gemma_tokenizer, name):
+def test_the_expert_searches_with_the_query_that_finds_the_gold_then_answers_with_it(gemma_tokenizer, name):
+    """Only the question itself finds the gold here: the shorter candidates are checked against the index and
+    dropped, the question is checked, then searched."""
     recipe = get_recipe(name)
     trajs, calls = run_expert(gemma_tokenizer, recipe, {Q: 2}, [ex("q1", Q, [GOLD, "M. Tolven"])])
     t = trajs[0]
-    assert calls == [Q] and t.finish_reason == "answer" and t.final["answer"] == GOLD
+    assert calls[-2:] == [Q, Q] and Q not in calls[:-2] and len(calls) > 2
+    assert t.finish_reason == "answer" and t.final["answer"] == GOLD
     ep = t.episode
     assert isinstance(ep.turns[0].action, Search) and ep.turns[0].action.query == Q
     mask = t.loss_mask
@@ -134,7 +137,7 @@ def test_a_prefilled_action_tag_is_continued(gemma_tokenizer, name, prefill):
     """The CPU configs prefill the search tag: the expert's first turn continues it (no reasoning first)."""
     trajs, calls = run_expert(gemma_tokenizer, get_recipe(name, prefill=prefill), {Q: 1}, [ex("q1", Q, [GOLD])])
     t = trajs[0]
-    assert calls == [Q] and t.finish_reason == "answer" and t.final["answer"] == GOLD
+    assert calls[-2:] == [Q, Q] and t.finish_reason == "answer" and t.final["answer"] == GOLD
     assert t.turns[0].text.startswith(f" {Q} ")  # after the prefilled tag, as a policy's turn would be
 
 
@@ -148,3 +151,139 @@ def test_the_main_job_adds_the_warm_start_row_when_the_run_kept_one(tmp_path):
     (tmp_path / "checkpoints" / "warm-start" / "policy" / "hf" / "config.json").write_text("{}")
     assert eval_methods(warm, tmp_path) == (*EVAL_METHODS, "warm_start")
     assert eval_methods(Config(), tmp_path) == EVAL_METHODS
+
+
+# -- the expert that searches with purpose, under the main job's own loop (issue 61) ---------------------------
+
+BRIDGE_Q = "Where was the director of the film Quiet Harbor born?"
+BRIDGE = "Ansel Kordova"
+
+
+def bridge_searcher(calls: list, answer_query: str):
+    """A searcher whose answer ("Vellmar") only `answer_query` finds; every other query (the question included)
+    returns the film's page, which names the director (the bridge entity), and two unrelated passages."""
+
+    async def search(query: str, k: int):
+        calls.append(query)
+        if query == answer_query:
+            docs = [("p-born", BRIDGE, f"{BRIDGE} (born 1931 in Vellmar) is a film director.")]
+        else:
+            docs = [("p-film", "Quiet Harbor", f"Quiet Harbor is a 1970 drama film directed by {BRIDGE}.")]
+        docs += [(f"p-x{i}", f"Other {i}", f"Passage {i} about something else.") for i in range(1, 20)]
+        return [{"doc_id": d, "title": t, "text": x, "score": 1.0} for d, t, x in docs[:k]]
+
+    return search
+
+
+def main_job_recipe(**overrides):
+    """Search-R1 with the main job's own loop settings (configs/main_cpu.yaml's recipe options: the question's top-3
+    in the prompt, at most 2 searches, a forced answer), the expert that searches when needed unless overridden
+    (the main job's own expert is `question`: test_the_question_expert_...)."""
+    from configs import load_config
+
+    cfg = load_config("configs/main_cpu.yaml", [])
+    assert cfg.train.recipe_options["expert_searches"] == "question"
+    return get_recipe(cfg.train.recipe, {**cfg.train.recipe_options, "expert_searches": "when_needed", **overrides})
+
+
+def run_main_loop(tokenizer, recipe, search, examples):
+    engine = ScriptedEngine(tokenizer, lambda context: "never asked")
+    loop = AgentLoop(engine, recipe, search, Sampling(temperature=0.0), RolloutLimits(128, 256, 1536), chat=False,
+                     compute_reward=True, expert=True)
+    return asyncio.run(loop.run_batch(examples, 1))
+
+
+def test_under_the_main_jobs_loop_the_expert_searches_for_the_missing_supporting_title(gemma_tokenizer):
+    """initial_search holds the question's top-3 (no gold); the missing supporting paragraph's title, as the film's
+    page writes it, finds the answer: one search of its own, then the answer, paid in full."""
+    recipe = main_job_recipe()
+    assert recipe.config.initial_search and recipe.config.max_turns == 2
+    calls: list = []
+    row = {**ex("q1", BRIDGE_Q, ["Vellmar"], dataset="hotpotqa"),
+           "meta": {"supporting_titles": ["Quiet Harbor", BRIDGE], "context_ids": ["p-film", "p-born"]}}
+    t = run_main_loop(gemma_tokenizer, recipe, bridge_searcher(calls, BRIDGE), [row])[0]
+    assert calls == [BRIDGE_Q, BRIDGE, BRIDGE]  # the initial top-3, the check, the turn's search
+    assert [turn.query for turn in t.turns] == [BRIDGE, None]
+    assert "Doc 1 mentions Ansel Kordova" in t.turns[0].text and t.final["answer"] == "Vellmar" and t.reward == 1.0
+    s = t.final["search"]
+    assert s["own_searches"] == 1 and s["found_by_search"] and s["retrieval_hit"] and not s["initial_hit"]
+    assert s["gold_paragraph_recall"] == 1.0
+
+
+def test_without_supporting_titles_the_expert_writes_the_bridge_entity_from_a_shown_document(gemma_tokenizer):
+    query = f"{BRIDGE} director born"  # the entity the film's page names, with the key words the page lacks
+    calls: list = []
+    t = run_main_loop(gemma_tokenizer, main_job_recipe(), bridge_searcher(calls, query),
+                      [ex("q1", BRIDGE_Q, ["Vellmar"])])[0]
+    assert t.turns[0].query == query and t.final["answer"] == "Vellmar"
+    assert calls[0] == BRIDGE_Q and calls[-2:] == [query, query]
+
+
+def test_no_query_that_finds_the_gold_means_no_demonstration_after_a_bounded_number_of_checks(gemma_tokenizer):
+    from recipes.expert import MAX_EXPERT_QUERIES
+
+    calls: list = []
+    t = run_main_loop(gemma_tokenizer, main_job_recipe(), bridge_searcher(calls, "no such query"),
+                      [ex("q1", BRIDGE_Q, ["Vellmar"])])[0]
+    assert t.finish_reason == NO_DEMONSTRATION and t.reward is None
+    assert 1 < len(calls) <= 1 + MAX_EXPERT_QUERIES
+
+
+def test_the_always_variant_searches_once_even_when_the_top3_holds_the_gold(gemma_tokenizer):
+    calls: list = []
+    t = run_main_loop(gemma_tokenizer, main_job_recipe(expert_searches="always"), bridge_searcher(calls, "x"),
+                      [ex("q1", "Who directed the film Quiet Harbor?", [BRIDGE])])[0]
+    assert [turn.action.__class__.__name__ for turn in t.episode.turns] == ["Search", "Answer"]
+    assert t.final["answer"] == BRIDGE and t.final["search"]["own_searches"] == 1
+    # no candidate finds a new gold-holding document: its best one is searched all the same (checked=False)
+    assert t.turns[0].query == BRIDGE and calls[-1] == BRIDGE and t.turns[0].doc_ids == ["p-film", "p-x1", "p-x2"]
+    assert "Doc 1 says the answer is Ansel Kordova" in t.turns[1].text  # read from what its search showed
+    assert "Let me check the answer with a search for Ansel Kordova" in t.turns[0].text  # no "do not give the answer"
+
+
+def test_fresh_docs_returns_documents_not_yet_shown(gemma_tokenizer):
+    """A repeated query (the question again) shows the next documents with `fresh_docs`, the same ones without."""
+    def policy(context):
+        return "<think> more </think>\n<search> same query </search>" if context.count("<search> same") < 2 \
+            else "<answer> Vellmar </answer>"
+
+    for fresh, expect_new in ((True, True), (False, False)):
+        calls: list = []
+        recipe = main_job_recipe(fresh_docs=fresh)
+        engine = ScriptedEngine(gemma_tokenizer, policy)
+        loop = AgentLoop(engine, recipe, bridge_searcher(calls, "none"), Sampling(temperature=0.0),
+                         RolloutLimits(128, 256, 2048), chat=False, compute_reward=False)
+        t = asyncio.run(loop.run_batch([ex("q1", BRIDGE_Q, ["Vellmar"])], 1))[0]
+        ids = [d for turn in t.turns for d in turn.doc_ids]
+        shown = t.final["search"]["shown_doc_ids"]
+        assert len(ids) == 6
+        assert (len(set(ids)) == 6 and not set(ids) & {"p-film", "p-x1", "p-x2"}) if expect_new else set(ids) == set(shown)
+        assert len(shown) == (9 if expect_new else 3)
+
+
+def test_the_expert_ceiling_probe_summarizes_what_the_expert_found(gemma_tokenizer):
+    """`scripts.probes.expert_ceiling`'s table over the main job's loop: one question found by its own search, one
+    that no query answers."""
+    from scripts.probes.expert_ceiling import summarize
+
+    calls: list = []
+    rows = [{**ex("q1", BRIDGE_Q, ["Vellmar"], dataset="hotpotqa"), "meta": {"supporting_titles": [BRIDGE]}},
+            ex("q2", "Who founded Zorblax?", ["Nobody Knows"], dataset="nq")]
+    table = summarize(run_main_loop(gemma_tokenizer, main_job_recipe(), bridge_searcher(calls, BRIDGE), rows))
+    assert table["all"]["demonstrated"] == 0.5 and table["all"]["f1"] == 0.5
+    assert table["hotpotqa"]["found_by_search"] == 1.0 and table["nq"]["retrieval_recall"] == 0.0
+    assert table["all"]["own_searches"] == 0.5 and table["all"]["initial_recall"] == 0.0
+
+
+def test_the_question_expert_is_the_one_before_issue_61_and_never_searches_under_initial_search(gemma_tokenizer):
+    """`expert_searches: question` keeps the main job's measured demonstrations: under `initial_search` its only
+    query (the question) repeats the top-3, so a question whose top-3 lacks the gold gets no demonstration."""
+    calls: list = []
+    recipe = main_job_recipe(expert_searches="question")
+    lacks, holds = run_main_loop(gemma_tokenizer, recipe, bridge_searcher(calls, BRIDGE),
+                                 [ex("q1", BRIDGE_Q, ["Vellmar"]), ex("q2", "Who directed Quiet Harbor?", [BRIDGE])])
+    assert lacks.finish_reason == NO_DEMONSTRATION and holds.final["answer"] == BRIDGE and not holds.episode.turns[0].docs
+    assert calls.count(BRIDGE_Q) == 2 and BRIDGE not in calls  # the initial top-3 and the one check, nothing else
+    paper = get_recipe("search_r1", expert_searches="question")  # without initial_search it searches with the question
+    trajs, search_calls = run_expert(gemma_tokenizer, paper, {Q: 1}, [ex("q1", Q, [GOLD])])
+    assert search_calls == [Q, Q] and trajs[0].final["answer"] == GOLD

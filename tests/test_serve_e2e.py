@@ -19,6 +19,7 @@ import httpx
 import psutil
 import pytest
 
+from cluster.shm import tree_segments
 from tests.test_retrieval_http import free_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -244,7 +245,14 @@ def test_health_retrieve_and_sigterm(server):
     r = httpx.post(f"{url}/retrieve", json={"queries": QUESTIONS[:2], "topk": 2}, headers=AUTH, timeout=30)
     assert r.status_code == 200 and [len(row) for row in r.json()["result"]] == [2, 2]
     assert httpx.post(f"{url}/retrieve", json={"queries": ["a"]}, timeout=30).status_code == 401
+    segments = tree_segments(proc.pid)  # the engines' vLLM message queues (psm_*, 160 MB each)
+    assert segments, "no psm_* segment mapped by the server's processes: the check below would prove nothing"
+    t0 = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=120) == 0, log.read_text()[-3000:]
+    print(f"stopped {time.monotonic() - t0:.1f} s after SIGTERM")
     with pytest.raises(httpx.TransportError):
         httpx.get(f"{url}/health", timeout=5)
+    # Issue 61: the stop left a psm_* segment every time, after Serve's controller ran past its 30 s.
+    assert "Controller failed to shut down" not in log.read_text(), log.read_text()[-3000:]
+    assert [p for p in segments if os.path.exists(p)] == [], log.read_text()[-3000:]

@@ -360,7 +360,9 @@ def test_warm_start_fine_tunes_before_step_one(ray_local, small_index, tiny_gemm
     else:  # one demonstration per question it could answer; each earns Search-R1's full reward (EM 1)
         assert warm["warm_start/episodes"] == 12 and 1 <= warm["warm_start/kept"] < 12
         assert warm["warm_start/kept_reward_mean"] == 1.0
-        assert rows[2][VISITS] == 2 + 12 and warm[VISITS] == 12
+        kept = warm["warm_start/kept_questions"]  # the visits count the questions trained on, not the 12 tried
+        assert kept == warm["warm_start/kept"]  # the expert writes one demonstration a question
+        assert rows[2][VISITS] == 2 + kept and warm[VISITS] == kept
         assert _step_keys(cfg, {"em"}) <= set(rows[2]), sorted(_step_keys(cfg, {"em"}) - set(rows[2]))
         assert rows[2]["actor/grad_norm"] > 0
         # the KL anchor is the warm-started policy: step 1 samples from it, so the KL to it is ~0

@@ -4,10 +4,12 @@ and a page that builds its DOM without parsing HTML. No Ray, no server process (
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import shutil
 import signal
+import zlib
 from pathlib import Path
 
 import pytest
@@ -37,6 +39,8 @@ def test_summary_names_methods_datasets_steps_and_the_dev_curve(client):
     assert [m["method"] for m in s["eval"]["methods"]] == ["policy", "untrained", "naive_rag", "direct"]
     policy = s["eval"]["methods"][0]
     assert policy["episodes"] == 3 and policy["em"] == pytest.approx(1 / 3)  # "Mira Tolven" exact, the others not
+    assert policy["own_searches"] == 1.0 and policy["retrieval_recall"] == pytest.approx(1 / 3)
+    assert s["eval"]["methods"][1]["retrieval_recall"] is None  # its records carry no search measures
     assert s["eval"]["datasets"] == ["hotpotqa", "nq"] and s["eval"]["episodes"] == 12
     assert [st["step"] for st in s["steps"]] == [1, 2] and s["steps"][1]["rollout/reward_mean"] == pytest.approx(0.45)
     assert [(r["step"], r["F1"], r["visits"]) for r in s["dev_curve"]] == [(0, 0.2, 0), (2, 0.3, 6)]
@@ -50,6 +54,7 @@ def test_episodes_filter_by_method_dataset_and_f1_with_pages(client):
     assert [(e["method"], e["dataset"], e["answer"]) for e in page["items"]] == [
         ("policy", "nq", "in Harrowgate"), ("policy", "nq", "Kelm City")]
     assert page["items"][0]["f1"] == pytest.approx(2 / 3) and page["items"][0]["em"] == 0.0
+    assert [(e["own_searches"], e["retrieval_hit"]) for e in page["items"]] == [(1, False), (1, False)]
     right = client.get("/api/episodes", params={"f1_min": "1"}).json()
     assert right["total"] == 4 and all(e["f1"] == 1.0 for e in right["items"])
     wrong = client.get("/api/episodes", params={"f1_max": "0", "method": "direct"}).json()
@@ -158,10 +163,24 @@ def test_files_being_written_and_an_evaluation_that_ends_later(tmp_path, made):
     assert s["eval"]["episodes"] == 3 and any("1 line(s) of predictions.jsonl" in m for m in s["missing"])
     (run / "metrics.jsonl").write_text('{"step": 0, "dev/answer_f1": 0.5}\n{"step": 1, "rollo')
     assert [r["F1"] for r in view.summary()["dev_curve"]] == [0.5]
+    def episodes(page):  # (question group, sample) of each item, in file order
+        return [(t["group_id"], t["sample_index"]) for t in page["items"]]
+
+    whole_step = view.rollouts(1)
+    assert whole_step["total"] == 2 * len(QUESTIONS)  # write_run: two samples of each question
+    order = episodes(whole_step)
     cut = run / "rollouts" / "step-3.jsonl.gz"
     data = (run / "rollouts" / "step-1.jsonl.gz").read_bytes()
     cut.write_bytes(data[: len(data) // 2])  # a gzip stream still being written
-    assert view.rollouts(3)["total"] >= 0
+    part = view.rollouts(3)  # the whole lines before the cut, in order; never an error
+    assert part["total"] < len(order) and episodes(part) == order[: part["total"]]
+    # A writer that flushed 4 whole lines and has not closed the stream: exactly those 4.
+    lines = gzip.decompress(data).decode().splitlines(keepends=True)
+    gz = zlib.compressobj(wbits=31)  # the gzip format, no trailer until closed
+    flushed = gz.compress("".join(lines[:4]).encode()) + gz.flush(zlib.Z_SYNC_FLUSH)
+    (run / "rollouts" / "step-4.jsonl.gz").write_bytes(flushed)
+    flushed_page = view.rollouts(4)
+    assert flushed_page["total"] == 4 and episodes(flushed_page) == order[:4]
     assert view.rollouts(1)["items"][0]["selected_docs"][0]["found"] is False  # no corpus: ids only
 
 

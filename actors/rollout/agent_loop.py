@@ -23,6 +23,8 @@ from typing import Any
 from actors.engines.base import Engine, Sampling
 from actors.rollout.trajectory import Trajectory, TurnRecord
 from recipes.base import Doc, Episode, Recipe, Scorer, Search, as_docs
+from recipes.expert import MAX_EXPERT_QUERIES
+from recipes.search_metrics import doc_holds_answer, search_record, shown_docs
 
 Searcher = Callable[[str, int], Awaitable[Sequence[Mapping[str, Any] | Doc]]]
 """`await searcher(query, k)` → top-k hits (dicts with doc_id, title, text, score) for one query."""
@@ -56,6 +58,11 @@ def group_id_of(example: Any) -> str:
     """The GRPO group id of an example: "<dataset>/<id>" (ids repeat across datasets), or the id."""
     qid, _, _, dataset, _ = example_fields(example)
     return f"{dataset}/{qid}" if dataset else qid
+
+
+def ep_candidates(recipe: Recipe, episode: Episode) -> list[Any]:
+    """The recipe's expert candidates for the episode's next turn, at most `MAX_EXPERT_QUERIES`."""
+    return list(recipe.expert_queries(episode))[:MAX_EXPERT_QUERIES]
 
 
 NO_DEMONSTRATION = "no_demonstration"
@@ -137,7 +144,7 @@ class _EpisodeRun:
         t = time.perf_counter()
         version = lp.engine.weight_version
         if lp.expert:  # the recipe's expert writes the turn (warm-start demonstrations); the engine is not asked
-            text = lp.recipe.expert_turn(ep)
+            text = lp.recipe.expert_turn(ep, await self.expert_query())
             ids = [] if text is None else lp.encode(text, special=False)
             if text is None or not ids or len(ids) > max_tokens:  # a policy could not have written it here
                 lp.recipe.finish(ep, NO_DEMONSTRATION)
@@ -160,6 +167,30 @@ class _EpisodeRun:
         traj.turns.append(TurnRecord(text, type(turn.action).__name__, None, [], len(ids), 0, finish_reason, dt, 0.0,
                                      version, int(lp.engine.weight_version)))
 
+    async def search(self, query: str) -> list[Doc]:
+        """The top-k documents of `query` (k = the recipe's `topk`); with the recipe's `fresh_docs`, the top-k
+        of those not yet shown in the episode (the searcher is asked for k + the shown count)."""
+        lp, ep = self.loop, self.episode
+        k = lp.recipe.config.topk
+        if not getattr(lp.recipe.config, "fresh_docs", False):
+            return as_docs(await lp.searcher(query, k))
+        shown = {d.doc_id for d in shown_docs(ep)}
+        return [d for d in as_docs(await lp.searcher(query, k + len(shown))) if d.doc_id not in shown][:k]
+
+    async def expert_query(self) -> Any:
+        """The expert's query for its next turn: the first of the recipe's candidates (`Recipe.expert_queries`)
+        whose documents (`search`, as the turn would get them) hold a gold answer not shown yet, or that the
+        recipe marks `checked=False`; None when none does. Each candidate checked costs one search call."""
+        ep = self.episode
+        shown = {d.doc_id for d in shown_docs(ep)}
+        for candidate in ep_candidates(self.loop.recipe, ep):
+            if not candidate.checked:
+                return candidate
+            hits = self.loop.fit_observation(await self.search(candidate.query))  # as the turn would show them
+            if any(d.doc_id not in shown and doc_holds_answer(d, ep.golden_answers) for d in hits):
+                return candidate
+        return None
+
     async def act(self) -> None:
         """Run the pending search (if any) and append the observation or feedback tokens."""
         lp, ep, traj = self.loop, self.episode, self.traj
@@ -169,7 +200,7 @@ class _EpisodeRun:
         if turn.needs_retrieval:
             assert isinstance(turn.action, Search)
             t = time.perf_counter()
-            hits = as_docs(await lp.searcher(turn.action.query, lp.recipe.config.topk))
+            hits = await self.search(turn.action.query)
             record.search_s = time.perf_counter() - t
             self.search_s += record.search_s
             record.query, record.doc_ids = turn.action.query, [d.doc_id for d in hits]
@@ -190,7 +221,8 @@ class _EpisodeRun:
             lp.recipe.finish(ep, "max_total_tokens")
 
     async def finish(self) -> Trajectory:
-        """The finished trajectory: finish reason, final answer / selected doc ids / evidence, the reward
+        """The finished trajectory: finish reason, final answer / selected doc ids / evidence / the search's
+        measures (`final["search"]`, `recipes.search_metrics.SearchRecord` as a dict), the reward
         (computed in a worker thread when `compute_reward`) and timings (seconds)."""
         lp, ep, traj = self.loop, self.episode, self.traj
         traj.finish_reason = ep.stop_reason
@@ -200,6 +232,7 @@ class _EpisodeRun:
             "selected_doc_ids": [d.doc_id for d in final.selected_docs] if final else [],
             "evidence": final.evidence if final else None,
             "answer_forced": ep.answer_forced,
+            "search": search_record(ep).to_json(),  # own searches, retrieval recall (recipes.search_metrics)
         }
         score_s = 0.0
         if lp.compute_reward and ep.stop_reason != NO_DEMONSTRATION:  # a question left without one is not scored

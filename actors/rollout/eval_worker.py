@@ -29,7 +29,9 @@ class EvalWorker(RolloutWorker):
         a reader needs to see why an answer was wrong); `context` is the
         formatted selected documents for recipes whose frozen generator answers
         (`Recipe.generator_answers`, else None); `evidence` the episode's evidence (R-Search's
-        `<original_evidence>`, else None); `searches` counts retrieval calls, the initial top-k included."""
+        `<original_evidence>`, else None); `searches` counts retrieval calls, the initial top-k included;
+        `search` is the episode's `recipes.search_metrics.SearchRecord` as a dict (own searches, the shown doc
+        ids, whether they hold a gold answer, gold-paragraph recall), None for a recipe that never retrieves."""
         loop = await self.agent_loop(recipe, recipe_config, sampling, limits, chat, compute_reward=False)
         rec = loop.recipe
         trajs = await loop.run_batch(list(examples), 1)
@@ -44,6 +46,8 @@ class EvalWorker(RolloutWorker):
                 "evidence": final.evidence,
                 "searches": ep.num_searches + int(rec.initial_search), "finish_reason": ep.stop_reason,
                 "answer_forced": ep.answer_forced,
+                # the search itself (recipes.search_metrics); None for a recipe that never retrieves (direct)
+                "search": t.final.get("search") if rec.retrieves else None,
                 "turns": [{"text": r.text, "action": r.action, "query": r.query, "doc_ids": list(r.doc_ids),
                            "finish_reason": r.finish_reason} for r in t.turns],
             })

@@ -70,9 +70,12 @@ async function loadSummary() {
   if (s.eval.methods.length) {
     replace($("methods-table"), el("table", {},
       el("thead", {}, el("tr", {}, el("th", {}, "method"), el("th", {class: "n"}, "episodes"),
-        el("th", {class: "n"}, "EM"), el("th", {class: "n"}, "F1"), el("th", {class: "n"}, "cover-EM"))),
+        el("th", {class: "n"}, "EM"), el("th", {class: "n"}, "F1"), el("th", {class: "n"}, "cover-EM"),
+        el("th", {class: "n"}, "own searches/q"), el("th", {class: "n"}, "retrieval recall"))),
       el("tbody", {}, s.eval.methods.map((m) => el("tr", {}, el("td", {}, m.method), el("td", {class: "n"}, m.episodes),
-        el("td", {class: "n"}, num(m.em)), el("td", {class: "n"}, num(m.f1)), el("td", {class: "n"}, num(m.cover_em)))))));
+        el("td", {class: "n"}, num(m.em)), el("td", {class: "n"}, num(m.f1)), el("td", {class: "n"}, num(m.cover_em)),
+        el("td", {class: "n"}, m.own_searches == null ? "–" : num(m.own_searches)),
+        el("td", {class: "n"}, m.retrieval_recall == null ? "–" : num(m.retrieval_recall)))))));
   }
   replace($("r-step"), s.steps.map((st) => el("option", {value: st.step},
     `step ${st.step}` + (st["rollout/reward_mean"] !== undefined ? ` (reward ${num(st["rollout/reward_mean"])})` : ""))));
@@ -114,6 +117,8 @@ async function loadEpisodes() {
     el("td", {}, e.n), el("td", {}, e.method), el("td", {}, e.dataset), el("td", {class: "q"}, e.question),
     el("td", {}, e.answer ?? "(none)"), el("td", {}, (e.golden_answers || []).join(" | ")),
     el("td", {class: "n"}, num(e.em, 0)), el("td", {class: "n"}, num(e.f1)), el("td", {class: "n"}, e.searches ?? "–"),
+    el("td", {class: "n"}, e.own_searches ?? "–"),
+    el("td", {}, e.retrieval_hit == null ? "–" : (e.retrieval_hit ? "yes" : "no")),
     el("td", {}, e.finish_reason ?? ""))));
   $("ep-prev").disabled = state.offset === 0;
   $("ep-next").disabled = last >= page.total;
