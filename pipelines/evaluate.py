@@ -7,9 +7,10 @@ Methods (`methods=`, in this order in the tables):
   (`naive_rag` recipe, k = `eval.topk`, else `retrieval.topk`; s3 §4.1: 3, R-Search §4.3: 5);
 - `policy`: the trained searcher, recipe `train.recipe` (options `train.recipe_options`), weights
   from `checkpoint` (the untrained `learner.model` without one);
-- `no_search`: the `policy` checkpoint with its own searches switched off (`max_turns` 0: a search it writes
-  is not run, and the recipe's forced answer, if it has one, follows): it answers from the initial top-k
-  alone. Paired with `policy`, it says what the policy's own searches added (issue 61);
+- `no_search`: the `policy` checkpoint with its own searches switched off (recipe option `searches: false`: a
+  search it writes is not run and the recipe's forced answer, if it has one, follows, as at the turn limit;
+  everything else as `policy`): it answers from the initial top-k alone. Paired with `policy`, it says what the
+  policy's own searches added (issue 61);
 - `untrained`: the same recipe on `learner.model` (the "before training" row);
 - `warm_start`: the same recipe on the run's warm-started policy (`train.warm_start`; the "warm start only"
   row: `<run>/checkpoints/warm-start/policy/hf` of the `checkpoint` run);
@@ -151,7 +152,10 @@ def plan_methods(cfg: Any, methods: Sequence[str], checkpoint: str | None) -> li
                                       "train.warm_start (its warm-started policy is the row)")
             model = ({"policy": policy_model, "no_search": policy_model, "untrained": cfg.learner.model}.get(m)
                      or resolve_warm_start(checkpoint))
-            options = {**recipe_options, "max_turns": 0} if m == "no_search" else recipe_options
+            # no_search: the policy with its searches off; a recipe that has no turn to search in (max_turns 0) is
+            # left as it is, so the run is shared with policy's (`_same_run`)
+            searches_off = m == "no_search" and recipe_class(cfg.train.recipe).config_cls(**recipe_options).max_turns > 0
+            options = {**recipe_options, "searches": False} if searches_off else recipe_options
             plans.append(_Plan(m, cfg.train.recipe, options, engine_spec(cfg, "policy", model), pol_res,
                                pol_limits, ro.chat))
     return plans

@@ -253,6 +253,10 @@ class RecipeConfig(BaseModel):
         None, description="Text appended after an invalid action; None = an invalid action ends the episode."
     )
     doc_template: str = Field(DOC_TEMPLATE, description="How one document is shown, fields {i} {title} {text}.")
+    searches: bool = Field(
+        True, description="Whether the policy's own searches run. False: a search it writes is not run and the episode "
+        "ends there (or its answer is forced, where the recipe forces answers), as at the turn limit; invalid turns "
+        "keep their retries. The evaluation's `no_search` method (issue 61).")
     fresh_docs: bool = Field(
         False, description="A search returns the top-k of the documents not yet shown in the episode (the initial "
         "top-k and earlier searches' documents left out), so a repeated query finds something new. False = the "
@@ -387,7 +391,7 @@ class Recipe(ABC):
             self.finish(episode, "answer")
         elif isinstance(action, Complete):
             self.finish(episode, "complete")
-        elif isinstance(action, Search) and steps_before >= self.config.max_turns:
+        elif isinstance(action, Search) and (steps_before >= self.config.max_turns or not self.config.searches):
             turn.skipped = True
             self.end_or_force(episode, "max_turns")
         elif isinstance(action, Invalid):

@@ -106,13 +106,18 @@ def test_no_search_is_the_policy_checkpoint_with_its_searches_switched_off():
     cfg = load_config("configs/main_cpu.yaml", [])
     plans = {p.method: p for p in plan_methods(cfg, ["policy", "no_search"], None)}
     assert plans["no_search"].spec == plans["policy"].spec and plans["policy"].recipe_config["max_turns"] == 2
-    assert plans["no_search"].recipe_config == {**plans["policy"].recipe_config, "max_turns": 0}
+    assert plans["no_search"].recipe_config == {**plans["policy"].recipe_config, "searches": False}
     assert not _same_run(plans["policy"], plans["no_search"])
+    s3 = load_config("configs/s3_main_cpu.yaml", [])  # select-only: no turn to search in, one run for both rows
+    plans = {p.method: p for p in plan_methods(s3, ["policy", "no_search"], None)}
+    assert _same_run(plans["policy"], plans["no_search"])
 
 
 def test_a_search_written_with_searches_switched_off_is_not_run_and_the_answer_is_forced():
-    recipe = get_recipe("search_r1", initial_search=True, force_answer=True, max_turns=0)
+    recipe = get_recipe("search_r1", initial_search=True, force_answer=True, max_turns=2, searches=False,
+                        invalid_feedback="\nTry again.\n")
     ep = recipe.start("Where?", [GOLD], OTHER, chat=False)
+    assert recipe.step(ep, "no tag here").observation == "\nTry again.\n"  # an invalid turn keeps its retry
     turn = recipe.step(ep, "<search> Vellmar </search>")
     assert turn.skipped and not turn.needs_retrieval and ep.answer_forced and not ep.done
     recipe.step(ep, f" {GOLD} </answer>")
