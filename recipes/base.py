@@ -24,8 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
 
+from recipes.recipe_config import DOC_TEMPLATE, RecipeConfig  # noqa: F401 - re-exported
 from recipes.scorer import ANSWER_PROMPT, Scorer, ScorerRequiredError, require_scorer  # noqa: F401 - re-exported
 
 # ----------------------------------------------------------------------------- documents
@@ -51,7 +51,6 @@ def as_docs(docs: Sequence[Doc | Mapping[str, Any]] | None) -> list[Doc]:
     return [d if isinstance(d, Doc) else Doc.from_hit(d) for d in docs or ()]
 
 
-DOC_TEMPLATE = 'Doc {i}(Title: "{title}") {text}'
 
 
 def format_docs(docs: Sequence[Doc], template: str = DOC_TEMPLATE) -> str:
@@ -238,29 +237,6 @@ class Episode:
 
 
 # ----------------------------------------------------------------------------- recipe
-
-
-class RecipeConfig(BaseModel):
-    """Constants every recipe has; each recipe subclasses it with its paper's defaults."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-    topk: int = Field(3, ge=1, description="Documents retrieved per search (top-k).")
-    max_turns: int = Field(
-        4, ge=0, description="Environment steps (searches and invalid actions) before the last turn."
-    )
-    invalid_feedback: str | None = Field(
-        None, description="Text appended after an invalid action; None = an invalid action ends the episode."
-    )
-    doc_template: str = Field(DOC_TEMPLATE, description="How one document is shown, fields {i} {title} {text}.")
-    searches: bool = Field(
-        True, description="Whether the policy's own searches run. False: a search it writes is not run and the episode "
-        "ends there (or its answer is forced, where the recipe forces answers), as at the turn limit; invalid turns "
-        "keep their retries. The evaluation's `no_search` method (issue 61).")
-    fresh_docs: bool = Field(
-        False, description="A search returns the top-k of the documents not yet shown in the episode (the initial "
-        "top-k and earlier searches' documents left out), so a repeated query finds something new. False = the "
-        "papers' retrieval (Search-R1, s3), which shows a document again when a query repeats.")
 
 
 class EpisodeDoneError(RuntimeError):
