@@ -28,6 +28,7 @@ from recipes.base import (
 )
 from recipes.expert import ExpertQuery, after_prefix, docs_holding_answer, search_candidates
 from recipes.metrics import span_check
+from recipes.search_metrics import shown_docs
 from recipes.tags import clean, find_blocks
 
 # One worked example of the loop (two searches, then the answer), written in each recipe's own tags.
@@ -198,8 +199,6 @@ class TaggedSearchRecipe(Recipe):
             latest = list(last.docs)
         else:
             return None
-        from recipes.search_metrics import shown_docs
-
         return latest, shown_docs(episode)
 
     def expert_queries(self, episode: Episode) -> list[ExpertQuery]:

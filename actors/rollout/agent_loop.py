@@ -172,7 +172,7 @@ class _EpisodeRun:
         of those not yet shown in the episode (the searcher is asked for k + the shown count)."""
         lp, ep = self.loop, self.episode
         k = lp.recipe.config.topk
-        if not getattr(lp.recipe.config, "fresh_docs", False):
+        if not lp.recipe.config.fresh_docs:
             return as_docs(await lp.searcher(query, k))
         shown = {d.doc_id for d in shown_docs(ep)}
         return [d for d in as_docs(await lp.searcher(query, k + len(shown))) if d.doc_id not in shown][:k]
