@@ -26,7 +26,7 @@ from recipes.base import (
     Search,
     prefilled,
 )
-from recipes.expert import ExpertQuery, after_prefix, docs_holding_answer, search_candidates
+from recipes.expert import MAX_EXPERT_QUERIES, ExpertQuery, after_prefix, docs_holding_answer, search_candidates
 from recipes.metrics import span_check
 from recipes.search_metrics import shown_docs
 from recipes.tags import clean, find_blocks
@@ -220,8 +220,8 @@ class TaggedSearchRecipe(Recipe):
         out = search_candidates(episode.question, latest, shown, titles)
         if held:  # the documents hold the answer: the search checks it, and its reason must not say otherwise
             out = [replace(c, reason=f"Let me check the answer with a search for {c.query}.") for c in out]
-        if always and out:
-            out.append(replace(out[0], checked=False))
+        if always and out:  # the fallback must survive the agent loop's cut to MAX_EXPERT_QUERIES
+            out = [*out[: MAX_EXPERT_QUERIES - 1], replace(out[0], checked=False)]
         return out
 
     def expert_turn(self, episode: Episode, query: ExpertQuery | None = None) -> str | None:

@@ -241,6 +241,22 @@ def test_the_always_variant_searches_once_even_when_the_top3_holds_the_gold(gemm
     assert "Let me check the answer with a search for Ansel Kordova" in t.turns[0].text  # no "do not give the answer"
 
 
+def test_the_always_variant_searches_even_when_more_candidates_than_the_loop_checks(gemma_tokenizer):
+    """With more than MAX_EXPERT_QUERIES candidates and none finding a new gold-holding document, the unchecked
+    fallback is still among those the agent loop reads: every demonstration of `always` searches (a first version
+    appended it after the cut, and 13 of 47 training demonstrations answered without a search)."""
+    from recipes.expert import MAX_EXPERT_QUERIES
+
+    names = " ".join(f"Kaldor{chr(65 + i)} Vestrin{chr(65 + i)}," for i in range(12))
+    question = f"Who directed the film Quiet Harbor with {names} and others?"
+    recipe = main_job_recipe(expert_searches="always")
+    calls: list = []
+    t = run_main_loop(gemma_tokenizer, recipe, bridge_searcher(calls, "x"), [ex("q1", question, [BRIDGE])])[0]
+    assert len(calls) == 1 + MAX_EXPERT_QUERIES  # the top-3, the checked candidates, then the fallback's search
+    assert [turn.action.__class__.__name__ for turn in t.episode.turns] == ["Search", "Answer"]
+    assert t.final["search"]["own_searches"] == 1
+
+
 def test_fresh_docs_returns_documents_not_yet_shown(gemma_tokenizer):
     """A repeated query (the question again) shows the next documents with `fresh_docs`, the same ones without."""
     def policy(context):
