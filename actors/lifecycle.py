@@ -87,6 +87,10 @@ class ActorSet:
         ids = {id(h) for h in targets}
         self.handles = [h for h in self.handles if id(h) not in ids]
 
+WAIT_SLICE_S = 1.0
+"""Seconds `get_within` blocks in one `ray.wait`, so that signal handlers run between slices."""
+
+
 class RemoteTimeoutError(TimeoutError):
     """A remote call did not finish within its deadline (`get_within`); names what and how long."""
 
@@ -111,7 +115,11 @@ def get_within(refs: Any, timeout_s: float | None, what: str) -> Any:
     t0 = time.monotonic()
     while pending:
         left = None if timeout_s is None else max(0.0, timeout_s - (time.monotonic() - t0))
-        done, pending = ray.wait(pending, num_returns=1, timeout=left)
+        # In slices: a blocking ray.wait without a timeout never returns to Python, so a signal handler
+        # (a second SIGTERM: stop now, pipelines.graceful_stop) waited for the whole learner update.
+        done, pending = ray.wait(pending, num_returns=1, timeout=WAIT_SLICE_S if left is None else min(left, WAIT_SLICE_S))
+        if not done and (left is None or left > WAIT_SLICE_S):
+            continue
         if not done:
             raise RemoteTimeoutError(f"{what}: no result after {time.monotonic() - t0:.0f} s (deadline "
                                      f"{timeout_s:.0f} s, ray.call_timeout_s); see the actors' logs")

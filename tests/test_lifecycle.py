@@ -80,6 +80,38 @@ def test_remote_waits_have_a_deadline_naming_the_work(ray_local, tmp_path):
         actors.stop(timeout_s=5)
 
 
+def test_a_signal_handler_runs_while_a_call_without_deadline_waits(ray_local, tmp_path):
+    """`get_within(..., None)` (the learner update's wait) returns to Python between short waits, so a handler's
+    exception (graceful_stop's second signal: stop now) ends the wait at once instead of after the remote call."""
+    import signal
+
+    from actors.lifecycle import get_within
+
+    class Stop(Exception):
+        pass
+
+    def handler(signum, frame):
+        raise Stop
+
+    actors = ActorSet()
+    slow = actors.start(_Recorder, str(tmp_path / "slow"), 60.0, num_cpus=0.1, max_concurrency=None)
+    previous = signal.signal(signal.SIGALRM, handler)
+    try:
+        signal.alarm(2)
+        t0 = time.monotonic()
+        with pytest.raises(Exception) as raised:  # Ray's Cython wait may wrap it: SystemError caused by Stop
+            get_within(slow.ready.remote(), None, "the slow actor")
+        assert time.monotonic() - t0 < 20  # not the call's 60 s
+        chain, error = [], raised.value
+        while error is not None and len(chain) < 8:
+            chain, error = [*chain, error], error.__cause__ or error.__context__
+        assert any(isinstance(e, Stop) for e in chain), chain
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+        actors.stop(timeout_s=5)
+
+
 class _Restarting:
     """A handle whose `ready` call Ray refuses `refusals` times (the actor is restarting), then answers."""
 
