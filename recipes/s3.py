@@ -43,8 +43,9 @@ from recipes.base import (
     prefilled,
     require_scorer,
 )
-from recipes.expert import after_prefix, docs_holding_answer
+from recipes.expert import ExpertQuery, after_prefix, docs_holding_answer, search_candidates
 from recipes.metrics import cover_exact_match, exact_match, f1_score, gen_acc, normalize_answer
+from recipes.search_metrics import shown_docs
 from recipes.tags import Block, clean, find_blocks
 
 SEARCHER_PROMPT = (
@@ -258,12 +259,32 @@ class S3(Recipe):
     def observation_text(self, docs: Sequence[Doc]) -> str:
         return f"\n\n<information>\n{self.format_docs(docs)}\n</information>\n\n"
 
+    def _expert_block(self, episode: Episode) -> list[Doc] | None:
+        """The documents the expert's next turn reads: the initial top-k at the start, the latest search's right
+        after it; None elsewhere (the expert has no turn to write)."""
+        if not episode.turns:
+            return list(episode.initial_docs)
+        last = episode.turns[-1]
+        return list(last.docs) if isinstance(last.action, Search) and last.docs is not None else None
+
+    def expert_queries(self, episode: Episode) -> list[ExpertQuery]:
+        """`recipes.expert.search_candidates` (issue 61's searching expert, for s3's search turns, issue 62) when
+        the latest block holds no gold answer and a search turn is left (`max_turns`); [] otherwise and in
+        select-only."""
+        block = self._expert_block(episode)
+        if self.select_only or block is None or episode.num_steps >= self.config.max_turns:
+            return []
+        if docs_holding_answer(block, episode.golden_answers):
+            return []
+        titles = episode.meta.get("supporting_titles") or ()
+        return search_candidates(episode.question, block, shown_docs(episode), titles)
+
     def expert_turn(self, episode: Episode, query: Any = None) -> str | None:
         """The expert searcher: select the documents of the latest information block that hold a gold answer
-        (at most `max_selected`) and complete; when the initial top-k holds none, search once with the question
-        itself (`max_turns` > 0), then select from its results. No gold answer in what it was shown: None."""
-        block = episode.turns[-1].docs if episode.turns and episode.turns[-1].docs is not None else None
-        docs = episode.initial_docs if block is None and not episode.turns else block
+        (at most `max_selected`) and complete; when the block holds none and a search turn is left, select none of
+        it and search with `query` (the candidate of `expert_queries` that the agent loop checked brings a gold
+        answer into view), then select from its results. No gold answer in the block and no such query: None."""
+        docs = self._expert_block(episode)
         if docs is None:
             return None
         ids = [i for i, _ in docs_holding_answer(docs, episode.golden_answers)][: self.config.max_selected]
@@ -271,9 +292,9 @@ class S3(Recipe):
             text = f"<important_info>[{', '.join(map(str, ids))}]</important_info>"
             if not self.select_only:
                 text += "<search_complete>True</search_complete>"
-        elif not episode.turns and not self.select_only:  # nothing of the initial block (App. A.5: else all of it)
-            q = query.query if query is not None else episode.question  # a checked `ExpertQuery`, else the question
-            text = "<important_info>[]</important_info><query>" + json.dumps({"query": q}) + "</query>"
+        elif query is not None and not self.select_only and episode.num_steps < self.config.max_turns:
+            # none of this block (App. A.5: a block without a selection would give all of it)
+            text = "<important_info>[]</important_info><query>" + json.dumps({"query": query.query}) + "</query>"
         else:
             return None
         return after_prefix(episode, text)

@@ -5,6 +5,7 @@ or selecting with what retrieval showed; a question whose gold answer retrieval 
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -94,28 +95,30 @@ def test_s3_select_only_selects_the_documents_that_hold_the_gold(gemma_tokenizer
     assert none.finish_reason == NO_DEMONSTRATION
 
 
-def test_s3_searches_once_when_the_initial_documents_hold_no_gold(gemma_tokenizer):
+def test_s3_searches_with_a_checked_query_when_the_initial_documents_hold_no_gold(gemma_tokenizer):
+    """s3 with search turns (issue 62): the question's top-3 holds nothing; the expert's query is the first
+    candidate (`search_candidates`) whose results hold the gold, checked against the index, and it selects only the
+    document that holds it. A question no query answers gives no demonstration."""
     recipe = get_recipe("s3", max_turns=2)
-    other = "Zorblax Rising"
-    # the initial top-k (query = the question) holds nothing; the expert's query is the question again, so a
-    # searcher that answers the second call differently stands for a changed index state: use a call counter
-    calls_seen: list = []
+    calls: list = []
 
     async def search(query, k):
-        calls_seen.append(query)
-        at = 1 if len(calls_seen) == 2 else None
-        return [{"doc_id": f"d{len(calls_seen)}-{i}", "title": f"T{i}",
-                 "text": f"{other} was written by {GOLD}." if i == at else "nothing", "score": 1.0}
+        calls.append(query)
+        hit = query != Q and "Zorblax" in query  # the novel's page: found by its name, not by the whole question
+        return [{"doc_id": f"{query}-{i}", "title": f"T{i}",
+                 "text": f"Zorblax Rising was written by {GOLD}." if hit and i == 2 else "nothing", "score": 1.0}
                 for i in range(1, k + 1)]
 
     engine = ScriptedEngine(gemma_tokenizer, lambda c: "never asked")
     loop = AgentLoop(engine, recipe, search, Sampling(), RolloutLimits(max_new_tokens_per_turn=64), chat=False,
                      compute_reward=False, expert=True)
-    t = asyncio.run(loop.run_batch([ex("q1", Q, [GOLD])], 1))[0]
-    assert [turn.text for turn in t.turns] == [
-        '<important_info>[]</important_info><query>{"query": "Who wrote the novel Zorblax Rising?"}</query>',
-        "<important_info>[1]</important_info><search_complete>True</search_complete>"]
-    assert t.finish_reason == "complete" and t.final["selected_doc_ids"] == ["d2-1"]
+    t, none = asyncio.run(loop.run_batch([ex("q1", Q, [GOLD]), ex("q2", "Who else?", ["Z"])], 1))
+    query = t.turns[0].query
+    assert query != Q and "Zorblax" in query and calls[0] == Q  # the initial top-k, then the checks
+    assert t.turns[0].text == '<important_info>[]</important_info><query>' + json.dumps({"query": query}) + "</query>"
+    assert t.turns[1].text == "<important_info>[2]</important_info><search_complete>True</search_complete>"
+    assert t.finish_reason == "complete" and t.final["selected_doc_ids"] == [f"{query}-2"]
+    assert none.finish_reason == NO_DEMONSTRATION and none.turns == []
 
 
 def test_every_rl_recipe_has_an_expert_and_the_baselines_none():
