@@ -219,7 +219,7 @@ class TaggedSearchRecipe(Recipe):
         titles = episode.meta.get("supporting_titles") or ()
         out = search_candidates(episode.question, latest, shown, titles)
         if held:  # the documents hold the answer: the search checks it, and its reason must not say otherwise
-            out = [replace(c, reason=f"Let me check the answer with a search for {c.query}.") for c in out]
+            out = [replace(c, reason="Let me check the answer with one more search.") for c in out]
         if always and out:  # the fallback must survive the agent loop's cut to MAX_EXPERT_QUERIES
             out = [*out[: MAX_EXPERT_QUERIES - 1], replace(out[0], checked=False)]
         return out
