@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import ClassVar, Literal
 
 from pydantic import Field
@@ -26,7 +25,7 @@ from recipes.base import (
     Search,
     prefilled,
 )
-from recipes.expert import MAX_EXPERT_QUERIES, ExpertQuery, after_prefix, docs_holding_answer, search_candidates
+from recipes.expert import ExpertQuery, after_prefix, docs_holding_answer, key_words, search_candidates
 from recipes.metrics import span_check
 from recipes.search_metrics import shown_docs
 from recipes.tags import clean, find_blocks
@@ -204,8 +203,8 @@ class TaggedSearchRecipe(Recipe):
     def expert_queries(self, episode: Episode) -> list[ExpertQuery]:
         """`recipes.expert.search_candidates` when the documents shown hold no gold answer and a search is still
         allowed (`max_turns`); with `expert_searches: always`, also before the first search of the episode when
-        they do (then the first candidate is kept even if nothing new comes of it: `checked=False`); with
-        `expert_searches: question`, the question itself at the first turn only."""
+        they do: then one query, the question's key words, kept whatever it brings (`checked=False`: a check
+        search); with `expert_searches: question`, the question itself at the first turn only."""
         blocks = self._expert_blocks(episode)
         if blocks is None or episode.num_steps >= self.config.max_turns:
             return []
@@ -216,13 +215,12 @@ class TaggedSearchRecipe(Recipe):
             return []
         if self.config.expert_searches == "question":
             return [] if held or episode.turns else [ExpertQuery(episode.question, "I need to search for the answer.")]
-        titles = episode.meta.get("supporting_titles") or ()
-        out = search_candidates(episode.question, latest, shown, titles)
-        if held:  # the documents hold the answer: the search checks it, and its reason must not say otherwise
-            out = [replace(c, reason="Let me check the answer with one more search.") for c in out]
-        if always and out:  # the fallback must survive the agent loop's cut to MAX_EXPERT_QUERIES
-            out = [*out[: MAX_EXPERT_QUERIES - 1], replace(out[0], checked=False)]
-        return out
+        if held:
+            # A check search: the question's key words, which a policy can copy. The first candidate that happened
+            # to bring another gold-holding document (an entity of some shown document) taught arbitrary queries.
+            words = " ".join(key_words(episode.question)) or episode.question
+            return [ExpertQuery(words, "Let me check the answer with one more search.", checked=False)]
+        return search_candidates(episode.question, latest, shown, episode.meta.get("supporting_titles") or ())
 
     def expert_turn(self, episode: Episode, query: ExpertQuery | None = None) -> str | None:
         """The expert searcher-answerer: search with `query` (the agent loop checked it brings a gold answer into

@@ -233,31 +233,35 @@ def test_no_query_that_finds_the_gold_means_no_demonstration_after_a_bounded_num
 
 
 def test_the_always_variant_searches_once_even_when_the_top3_holds_the_gold(gemma_tokenizer):
+    """The top-3 holds the gold: `always` still searches once, a check search with the question's key words (a query
+    a policy can copy), whatever it brings, and then answers from what it was shown."""
     calls: list = []
     t = run_main_loop(gemma_tokenizer, main_job_recipe(expert_searches="always"), bridge_searcher(calls, "x"),
                       [ex("q1", "Who directed the film Quiet Harbor?", [BRIDGE])])[0]
     assert [turn.action.__class__.__name__ for turn in t.episode.turns] == ["Search", "Answer"]
     assert t.final["answer"] == BRIDGE and t.final["search"]["own_searches"] == 1
-    # no candidate finds a new gold-holding document: its best one is searched all the same (checked=False)
-    assert t.turns[0].query == BRIDGE and calls[-1] == BRIDGE and t.turns[0].doc_ids == ["p-film", "p-x1", "p-x2"]
+    assert t.turns[0].query == "directed film quiet harbor" and calls == ["Who directed the film Quiet Harbor?",
+                                                                           "directed film quiet harbor"]
+    assert t.turns[0].doc_ids == ["p-film", "p-x1", "p-x2"]
     assert "Doc 1 says the answer is Ansel Kordova" in t.turns[1].text  # read from what its search showed
     assert "Let me check the answer with one more search." in t.turns[0].text  # no "do not give the answer"
+    assert "directed film quiet harbor" not in t.turns[0].text.split("</think>")[0]  # the reason never ends on the query
 
 
-def test_the_always_variant_searches_even_when_more_candidates_than_the_loop_checks(gemma_tokenizer):
-    """With more than MAX_EXPERT_QUERIES candidates and none finding a new gold-holding document, the unchecked
-    fallback is still among those the agent loop reads: every demonstration of `always` searches (a first version
-    appended it after the cut, and 13 of 47 training demonstrations answered without a search)."""
-    from recipes.expert import MAX_EXPERT_QUERIES
-
-    names = " ".join(f"Kaldor{chr(65 + i)} Vestrin{chr(65 + i)}," for i in range(12))
-    question = f"Who directed the film Quiet Harbor with {names} and others?"
-    recipe = main_job_recipe(expert_searches="always")
+def test_the_always_variant_searches_with_purpose_when_the_top3_lacks_the_gold(gemma_tokenizer):
+    """`always` where the top-3 holds no gold: the checked query that finds it (as `when_needed`); a question no query
+    answers gives no demonstration and no wasted search."""
     calls: list = []
-    t = run_main_loop(gemma_tokenizer, recipe, bridge_searcher(calls, "x"), [ex("q1", question, [BRIDGE])])[0]
-    assert len(calls) == 1 + MAX_EXPERT_QUERIES  # the top-3, the checked candidates, then the fallback's search
-    assert [turn.action.__class__.__name__ for turn in t.episode.turns] == ["Search", "Answer"]
-    assert t.final["search"]["own_searches"] == 1
+    row = {**ex("q1", BRIDGE_Q, ["Vellmar"], dataset="hotpotqa"),
+           "meta": {"supporting_titles": ["Quiet Harbor", BRIDGE], "context_ids": ["p-film", "p-born"]}}
+    t = run_main_loop(gemma_tokenizer, main_job_recipe(expert_searches="always"), bridge_searcher(calls, BRIDGE),
+                      [row])[0]
+    assert [turn.query for turn in t.turns] == [BRIDGE, None] and t.final["answer"] == "Vellmar"
+    assert "Doc 1 mentions Ansel Kordova, but no document gives the answer. I will search for it." in t.turns[0].text
+    calls = []
+    none = run_main_loop(gemma_tokenizer, main_job_recipe(expert_searches="always"),
+                         bridge_searcher(calls, "no such query"), [ex("q2", BRIDGE_Q, ["Vellmar"])])[0]
+    assert none.finish_reason == NO_DEMONSTRATION and none.turns == []
 
 
 def test_fresh_docs_returns_documents_not_yet_shown(gemma_tokenizer):
