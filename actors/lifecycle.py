@@ -87,6 +87,7 @@ class ActorSet:
         ids = {id(h) for h in targets}
         self.handles = [h for h in self.handles if id(h) not in ids]
 
+
 WAIT_SLICE_S = 1.0
 """Seconds `get_within` blocks in one `ray.wait`, so that signal handlers run between slices."""
 

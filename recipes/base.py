@@ -24,7 +24,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
-
 from recipes.recipe_config import DOC_TEMPLATE, RecipeConfig  # noqa: F401 - re-exported
 from recipes.scorer import ANSWER_PROMPT, Scorer, ScorerRequiredError, require_scorer  # noqa: F401 - re-exported
 
@@ -49,8 +48,6 @@ class Doc:
 def as_docs(docs: Sequence[Doc | Mapping[str, Any]] | None) -> list[Doc]:
     """Accept `Doc`s or retrieval `Hit` dicts."""
     return [d if isinstance(d, Doc) else Doc.from_hit(d) for d in docs or ()]
-
-
 
 
 def format_docs(docs: Sequence[Doc], template: str = DOC_TEMPLATE) -> str:

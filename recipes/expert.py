@@ -47,11 +47,11 @@ class ExpertQuery:
 
 
 MAX_EXPERT_QUERIES = 16
+"""Candidates the agent loop checks against the index per expert turn, at most (each is one search call)."""
 SEARCH_NEXT = "I will search for it."
 """How every reason of a searching turn ends. A reason that ended with the query itself ("I need to search for X.")
 taught the policy to close its think tag with the search tag after X (the turn then ended invalid at `</search>`:
 dev valid-action rate 0.58 after the warm start, issue 61)."""
-"""Candidates the agent loop checks against the index per expert turn, at most (each is one search call)."""
 
 _STOP = frozenset(
     "a an the of in on at to for from by with and or is are was were be been what which who whom whose when where "
