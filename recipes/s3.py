@@ -43,7 +43,7 @@ from recipes.base import (
     prefilled,
     require_scorer,
 )
-from recipes.expert import ExpertQuery, after_prefix, docs_holding_answer, search_candidates
+from recipes.expert import ExpertQuery, after_prefix, docs_holding_answer, key_words, search_candidates
 from recipes.metrics import cover_exact_match, exact_match, f1_score, gen_acc, normalize_answer
 from recipes.search_metrics import shown_docs
 from recipes.tags import Block, clean, find_blocks
@@ -103,6 +103,12 @@ class S3Config(RecipeConfig):
         "is the whole top-k, i.e. naive RAG, so its gain is exactly 0: a safe harbour a weak policy's GRPO update "
         "drifts to, after which every reward is 0 and nothing is left to learn (measured with "
         "configs/learn_cpu.yaml: valid selections 0.77 -> 0.02 on dev in 8 steps). None = the paper. Not in the paper.")
+    expert_searches: Literal["when_needed", "always"] = Field(
+        "when_needed", description="The expert warm start's searches (issue 62), with search turns (`max_turns` >= "
+        "1): when_needed searches only when the latest block holds no gold answer, with a query checked to bring "
+        "one into view; always also searches once when the initial top-k holds one (it selects those documents, "
+        "then searches with the question's key words, unchecked, and selects what of the results holds the "
+        "answer), so that every demonstration shows a search. Not in the paper.")
 
 
 def parse_ids(content: str) -> tuple[int, ...]:
@@ -269,32 +275,45 @@ class S3(Recipe):
 
     def expert_queries(self, episode: Episode) -> list[ExpertQuery]:
         """`recipes.expert.search_candidates` (issue 61's searching expert, for s3's search turns, issue 62) when
-        the latest block holds no gold answer and a search turn is left (`max_turns`); [] otherwise and in
-        select-only."""
+        the latest block holds no gold answer and a search turn is left (`max_turns`); with `expert_searches:
+        always`, when the initial top-k holds one, the question's key words (`checked=False`: a check search a
+        policy can copy); [] otherwise and in select-only."""
         block = self._expert_block(episode)
         if self.select_only or block is None or episode.num_steps >= self.config.max_turns:
             return []
         if docs_holding_answer(block, episode.golden_answers):
+            if self._checks_once(episode):
+                words = " ".join(key_words(episode.question)) or episode.question
+                return [ExpertQuery(words, "Let me check with one more search.", checked=False)]
             return []
+        if episode.turns and docs_holding_answer(shown_docs(episode), episode.golden_answers):
+            return []  # the check search brought nothing new: the earlier selection holds the answer
         titles = episode.meta.get("supporting_titles") or ()
         return search_candidates(episode.question, block, shown_docs(episode), titles)
+
+    def _checks_once(self, episode: Episode) -> bool:
+        """`expert_searches: always` and no search yet: the expert searches even though the block holds the answer."""
+        return self.config.expert_searches == "always" and episode.num_searches == 0
 
     def expert_turn(self, episode: Episode, query: Any = None) -> str | None:
         """The expert searcher: select the documents of the latest information block that hold a gold answer
         (at most `max_selected`) and complete; when the block holds none and a search turn is left, select none of
         it and search with `query` (the candidate of `expert_queries` that the agent loop checked brings a gold
-        answer into view), then select from its results. No gold answer in the block and no such query: None."""
+        answer into view), then select from its results. With `expert_searches: always` it also searches (with
+        the check query) after selecting the initial block's answer-holding documents, and a search that brings
+        none completes with an empty selection (the earlier selection stands). No gold answer in view and no
+        query: None."""
         docs = self._expert_block(episode)
         if docs is None:
             return None
         ids = [i for i, _ in docs_holding_answer(docs, episode.golden_answers)][: self.config.max_selected]
-        if ids:
-            text = f"<important_info>[{', '.join(map(str, ids))}]</important_info>"
-            if not self.select_only:
-                text += "<search_complete>True</search_complete>"
-        elif query is not None and not self.select_only and episode.num_steps < self.config.max_turns:
-            # none of this block (App. A.5: a block without a selection would give all of it)
-            text = "<important_info>[]</important_info><query>" + json.dumps({"query": query.query}) + "</query>"
+        selection = f"<important_info>[{', '.join(map(str, ids))}]</important_info>"  # [] selects none of it
+        searching = query is not None and not self.select_only and episode.num_steps < self.config.max_turns
+        if searching and (not ids or self._checks_once(episode)):
+            # a block without a selection would give all of it (App. A.5): even none is written out
+            text = selection + "<query>" + json.dumps({"query": query.query}) + "</query>"
+        elif ids or (episode.turns and docs_holding_answer(shown_docs(episode), episode.golden_answers)):
+            text = selection + ("" if self.select_only else "<search_complete>True</search_complete>")
         else:
             return None
         return after_prefix(episode, text)

@@ -14,6 +14,7 @@ from actors.rollout.agent_loop import NO_DEMONSTRATION, AgentLoop, RolloutLimits
 from pipelines.warm_start import demonstrations
 from recipes import RECIPES, get_recipe
 from recipes.base import Search
+from recipes.expert import key_words
 from tests.scripted_engine import ScriptedEngine
 from tests.test_agent_loop import ex
 
@@ -119,6 +120,27 @@ def test_s3_searches_with_a_checked_query_when_the_initial_documents_hold_no_gol
     assert t.turns[1].text == "<important_info>[2]</important_info><search_complete>True</search_complete>"
     assert t.finish_reason == "complete" and t.final["selected_doc_ids"] == [f"{query}-2"]
     assert none.finish_reason == NO_DEMONSTRATION and none.turns == []
+
+
+@pytest.mark.parametrize("found_again", [True, False])
+def test_s3_always_checks_with_the_question_s_key_words_after_selecting_the_answer(gemma_tokenizer, found_again):
+    """s3 with `expert_searches: always` (issue 62): the question's top-3 holds the gold at position 2; the expert
+    selects that document, searches once with the key words (unchecked) and selects what of the results holds the
+    gold; a search that brings none completes with an empty selection and the first selection stands."""
+    recipe = get_recipe("s3", max_turns=2, expert_searches="always")
+    words = " ".join(key_words(Q))
+    trajs, calls = run_expert(gemma_tokenizer, recipe, {Q: 2, **({words: 1} if found_again else {})},
+                              [ex("q1", Q, [GOLD])])
+    t = trajs[0]
+    assert calls == [Q, words]  # the check query is not checked against the index first
+    assert t.turns[0].text == '<important_info>[2]</important_info><query>' + json.dumps({"query": words}) + "</query>"
+    second = "[1]" if found_again else "[]"
+    assert t.turns[1].text == f"<important_info>{second}</important_info><search_complete>True</search_complete>"
+    assert t.finish_reason == "complete"
+    assert t.final["selected_doc_ids"] == (["d2", "d1"] if found_again else ["d2"])
+    when_needed, _ = run_expert(gemma_tokenizer, get_recipe("s3", max_turns=2), {Q: 2}, [ex("q1", Q, [GOLD])])
+    assert [turn.text for turn in when_needed[0].turns] == [
+        "<important_info>[2]</important_info><search_complete>True</search_complete>"]
 
 
 def test_every_rl_recipe_has_an_expert_and_the_baselines_none():
