@@ -204,7 +204,7 @@ class TaggedSearchRecipe(Recipe):
         """`recipes.expert.search_candidates` when the documents shown hold no gold answer and a search is still
         allowed (`max_turns`); with `expert_searches: always`, also before the first search of the episode when
         they do: then one query, the question's key words, kept whatever it brings (`checked=False`: a check
-        search); with `expert_searches: question`, the question itself at the first turn only."""
+        search), and the same query first where nothing was shown yet (no `initial_search`); with `expert_searches: question`, the question itself at the first turn only."""
         blocks = self._expert_blocks(episode)
         if blocks is None or episode.num_steps >= self.config.max_turns:
             return []
@@ -215,6 +215,9 @@ class TaggedSearchRecipe(Recipe):
             return []
         if self.config.expert_searches == "question":
             return [] if held or episode.turns else [ExpertQuery(episode.question, "I need to search for the answer.")]
+        if always and not shown:  # the first search of a loop without initial_search: words a policy can copy
+            words = " ".join(key_words(episode.question)) or episode.question
+            return [ExpertQuery(words, "I need to search for the answer.", checked=False)]
         if held:
             # A check search: the question's key words, which a policy can copy. The first candidate that happened
             # to bring another gold-holding document (an entity of some shown document) taught arbitrary queries.

@@ -286,6 +286,24 @@ def test_the_always_variant_searches_with_purpose_when_the_top3_lacks_the_gold(g
     assert none.finish_reason == NO_DEMONSTRATION and none.turns == []
 
 
+def test_the_always_variant_without_initial_search_first_searches_with_the_question_s_key_words(gemma_tokenizer):
+    """The paper's loop (no documents in the prompt) with `always`: the first search is the question's key words,
+    unchecked (a query a policy can copy); where its results lack the gold, the checked query that finds it; then
+    the answer from what was shown."""
+    words = " ".join(key_words(BRIDGE_Q))
+    recipe = main_job_recipe(expert_searches="always", initial_search=False)
+    calls: list = []
+    hop = f"{BRIDGE} director born"  # the bridge entity the film's page names, with the question's next-hop words
+    t = run_main_loop(gemma_tokenizer, recipe, bridge_searcher(calls, hop), [ex("q1", BRIDGE_Q, ["Vellmar"])])[0]
+    assert [turn.query for turn in t.turns] == [words, hop, None] and t.final["answer"] == "Vellmar"
+    assert calls == [words, hop, hop]  # the key words unchecked, the second hop checked, then searched
+    assert "I need to search for the answer." in t.turns[0].text
+    calls = []
+    direct = run_main_loop(gemma_tokenizer, recipe, bridge_searcher(calls, words), [ex("q2", BRIDGE_Q, ["Vellmar"])])[0]
+    assert [turn.query for turn in direct.turns] == [words, None] and direct.final["answer"] == "Vellmar"
+    assert calls == [words] and direct.final["search"]["own_searches"] == 1
+
+
 def test_fresh_docs_returns_documents_not_yet_shown(gemma_tokenizer):
     """A repeated query (the question again) shows the next documents with `fresh_docs`, the same ones without."""
     def policy(context):
