@@ -89,6 +89,12 @@ def key_words(question: str, leave_out: Sequence[str] = ()) -> list[str]:
     return [w for w in normalize_answer(question).split() if w not in _STOP and w not in skip]
 
 
+def key_words_query(question: str) -> str:
+    """The question's key words as one query (the question itself when it has none): the expert's check search and
+    first search, which a policy can copy from the prompt."""
+    return " ".join(key_words(question)) or question
+
+
 def position_mentioning(docs: Sequence[Doc], phrase: str) -> int | None:
     """1-based position of the first document whose text holds `phrase` as a token span, else None."""
     from recipes.metrics import span_check

@@ -43,7 +43,7 @@ from recipes.base import (
     prefilled,
     require_scorer,
 )
-from recipes.expert import ExpertQuery, after_prefix, docs_holding_answer, key_words, search_candidates
+from recipes.expert import ExpertQuery, after_prefix, docs_holding_answer, key_words_query, search_candidates
 from recipes.metrics import cover_exact_match, exact_match, f1_score, gen_acc, normalize_answer
 from recipes.search_metrics import shown_docs
 from recipes.tags import Block, clean, find_blocks
@@ -283,7 +283,7 @@ class S3(Recipe):
             return []
         if docs_holding_answer(block, episode.golden_answers):
             if self._checks_once(episode):
-                words = " ".join(key_words(episode.question)) or episode.question
+                words = key_words_query(episode.question)
                 return [ExpertQuery(words, "Let me check with one more search.", checked=False)]
             return []
         if episode.turns and docs_holding_answer(shown_docs(episode), episode.golden_answers):

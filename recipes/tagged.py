@@ -25,7 +25,7 @@ from recipes.base import (
     Search,
     prefilled,
 )
-from recipes.expert import ExpertQuery, after_prefix, docs_holding_answer, key_words, search_candidates
+from recipes.expert import ExpertQuery, after_prefix, docs_holding_answer, key_words_query, search_candidates
 from recipes.metrics import span_check
 from recipes.search_metrics import shown_docs
 from recipes.tags import clean, find_blocks
@@ -216,12 +216,12 @@ class TaggedSearchRecipe(Recipe):
         if self.config.expert_searches == "question":
             return [] if held or episode.turns else [ExpertQuery(episode.question, "I need to search for the answer.")]
         if always and not shown:  # the first search of a loop without initial_search: words a policy can copy
-            words = " ".join(key_words(episode.question)) or episode.question
+            words = key_words_query(episode.question)
             return [ExpertQuery(words, "I need to search for the answer.", checked=False)]
         if held:
             # A check search: the question's key words, which a policy can copy. The first candidate that happened
             # to bring another gold-holding document (an entity of some shown document) taught arbitrary queries.
-            words = " ".join(key_words(episode.question)) or episode.question
+            words = key_words_query(episode.question)
             return [ExpertQuery(words, "Let me check the answer with one more search.", checked=False)]
         return search_candidates(episode.question, latest, shown, episode.meta.get("supporting_titles") or ())
 
