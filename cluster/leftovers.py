@@ -17,6 +17,7 @@ import secrets
 import time
 
 MARKER = "SEARCHRL_LOCAL_RAY"
+EXEC_WAIT_S = 0.5  # how long a process with an empty environment (mid-exec) is read again
 
 
 def mark() -> str:
@@ -28,7 +29,11 @@ def mark() -> str:
 def leftovers(marker: str | None = None, descendants: bool = False) -> list:
     """Running processes (`psutil.Process`) that carry `marker` (default: this process's own) and are
     neither this process nor (unless `descendants`) one of its descendants: orphans of the cluster it
-    started, or with `descendants` every process of it. [] unmarked."""
+    started, or with `descendants` every process of it. [] unmarked.
+
+    A process in the middle of `exec` reads as having no environment (`/proc/<pid>/environ` is empty
+    until the new image's is set up, after the parent already saw the exec succeed: 1 read in 300 right
+    after `Popen` here); such a process is read again for up to `EXEC_WAIT_S` seconds."""
     import psutil
 
     marker = marker or os.environ.get(MARKER)
@@ -36,13 +41,23 @@ def leftovers(marker: str | None = None, descendants: bool = False) -> list:
         return []
     me = psutil.Process()
     own = {me.pid} if descendants else {me.pid, *(p.pid for p in me.children(recursive=True))}
-    out = []
-    for p in psutil.process_iter():
-        try:
-            if p.pid not in own and p.environ().get(MARKER) == marker and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
+    out, pending = [], [p for p in psutil.process_iter() if p.pid not in own]
+    deadline = time.monotonic() + EXEC_WAIT_S
+    while pending:
+        mid_exec = []
+        for p in pending:
+            try:
+                env = p.environ()
+                if not env:
+                    mid_exec.append(p)
+                elif env.get(MARKER) == marker and p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(p)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+        if not mid_exec or time.monotonic() >= deadline:
+            break
+        time.sleep(0.02)
+        pending = mid_exec
     return out
 
 
