@@ -56,7 +56,8 @@ class QARecord:
     The search itself (`recipes.search_metrics`; None for a method that retrieves nothing): `own_searches`
     (count: the searches the policy wrote, the initial top-k not counted), `retrieval_hit` (a document shown
     in the episode holds a gold answer), `gold_recall` (the share of the row's gold paragraphs shown; None
-    for rows that list none).
+    for rows that list none), `context_hit` (the documents the frozen generator read hold a gold answer: s3's
+    selection, naive RAG's top-k; None where the policy answers itself).
     """
 
     method: str
@@ -70,6 +71,7 @@ class QARecord:
     own_searches: int | None = None
     retrieval_hit: bool | None = None
     gold_recall: float | None = None
+    context_hit: bool | None = None
 
 
 def search_fields(search: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -78,7 +80,7 @@ def search_fields(search: Mapping[str, Any] | None) -> dict[str, Any]:
     if not search:
         return {}
     return {"own_searches": int(search["own_searches"]), "retrieval_hit": bool(search["retrieval_hit"]),
-            "gold_recall": search.get("gold_paragraph_recall")}
+            "gold_recall": search.get("gold_paragraph_recall"), "context_hit": search.get("context_hit")}
 
 
 def _scores(record: QARecord) -> dict[str, float]:
@@ -105,6 +107,9 @@ def _row(method: str, dataset: str, scored: list[tuple[QARecord, dict[str, float
     gold = [float(r.gold_recall) for r, _ in scored if r.gold_recall is not None]
     if gold:
         row["gold_paragraph_recall"] = sum(gold) / len(gold)
+    context = [bool(r.context_hit) for r, _ in scored if r.context_hit is not None]
+    if context:
+        row["context_recall"] = sum(context) / len(context)
     if all(r.acc_l is not None for r, _ in scored):
         row["acc_l"] = sum(bool(r.acc_l) for r, _ in scored) / n
     return row
@@ -120,7 +125,8 @@ def compute_rows(records: Iterable[QARecord]) -> list[dict[str, Any]]:
     (R1-Searcher's ACC_L) is there when every record of the row has a verdict. The search itself, where
     the records carry it: `own_searches_per_question` (searches the policy wrote), `retrieval_recall` (share
     of questions whose shown documents hold a gold answer) and `gold_paragraph_recall` (mean share of gold
-    paragraphs shown, over the questions that list them).
+    paragraphs shown, over the questions that list them), and `context_recall` (share of questions whose
+    generator context, s3's selection or naive RAG's top-k, holds a gold answer).
 
     The `all` row is the mean over ALL the method's questions (micro average), not the mean of
     the dataset rows: a dataset with more questions weighs more. A `multi-hop` row follows it, pooling the
@@ -150,9 +156,9 @@ _COLUMNS = (
     ("f1", "F1", "{:.3f}"), ("cover_em", "cover-EM", "{:.3f}"), ("span_check", "span_check", "{:.3f}"),
     ("gen_acc", "GenAcc", "{:.3f}"), ("acc_l", "ACC_L", "{:.3f}"), ("searches_per_question", "searches/q", "{:.2f}"),
     ("own_searches_per_question", "own searches/q", "{:.2f}"), ("retrieval_recall", "retrieval recall", "{:.3f}"),
-    ("gold_paragraph_recall", "gold-paragraph recall", "{:.3f}"),
+    ("gold_paragraph_recall", "gold-paragraph recall", "{:.3f}"), ("context_recall", "context recall", "{:.3f}"),
 )
-_OPTIONAL_COLUMNS = ("acc_l", "own_searches_per_question", "retrieval_recall", "gold_paragraph_recall")
+_OPTIONAL_COLUMNS = ("acc_l", "own_searches_per_question", "retrieval_recall", "gold_paragraph_recall", "context_recall")
 """Columns shown only when some row has them ("-" in the rows without)."""
 
 

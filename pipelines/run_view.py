@@ -55,6 +55,11 @@ def _finite(x: float) -> float | None:
     return None if isinstance(x, float) and not math.isfinite(x) else x
 
 
+def _share(hits: Sequence[Any]) -> float | None:
+    """The share of true values in `hits`; None when there are none (the method has no such measure)."""
+    return sum(bool(h) for h in hits) / len(hits) if hits else None
+
+
 def _scores(answer: str | None, golds: Sequence[str]) -> dict[str, float]:
     pred, golds = "" if answer is None else str(answer), list(golds)
     return {"em": exact_match(pred, golds), "f1": f1_score(pred, golds), "cover_em": cover_exact_match(pred, golds)}
@@ -120,6 +125,7 @@ class RunView:
                 "dataset": str(line.get("dataset", "")), "method": str(line.get("method", "")),
                 # the search itself (recipes.search_metrics); None where the line has no `search` record
                 "own_searches": search.get("own_searches"), "retrieval_hit": search.get("retrieval_hit"),
+                "context_hit": search.get("context_hit"),
                 **_scores(line.get("answer"), golds)}
 
     # ------------------------------------------------------------------ summary
@@ -203,8 +209,8 @@ class RunView:
                             **{k: sum(e[k] for e in eps) / len(eps) for k in ("em", "f1", "cover_em")},
                             "own_searches": (sum(e["own_searches"] or 0 for e in searched) / len(searched)
                                              if searched else None),
-                            "retrieval_recall": (sum(bool(e["retrieval_hit"]) for e in searched) / len(searched)
-                                                 if searched else None)})
+                            "retrieval_recall": _share([e["retrieval_hit"] for e in searched]),
+                            "context_recall": _share([e["context_hit"] for e in eps if e.get("context_hit") is not None])})
         return {
             "run": self.run_dir.name, "path": str(self.run_dir),
             "eval": {"path": str(self.eval_dir) if self.eval_dir else None, "episodes": len(self.episodes),

@@ -63,7 +63,8 @@ def rollout_metrics(trajs: Sequence[Mapping[str, Any]], prefix: str = "rollout")
     the final answers' EM, F1, cover-EM, answer/forced/distinct rates and length in words
     (`answer_metrics`), and the search itself from each trajectory's `final["search"]`
     (`recipes.search_metrics.search_summary`: own searches, retrieval recall, initial recall, the share of
-    episodes whose own search found a gold-holding document, gold-paragraph recall), under `<prefix>/...` keys."""
+    episodes whose own search found a gold-holding document, gold-paragraph recall, context recall where a
+    frozen generator reads a context), under `<prefix>/...` keys."""
     n = max(1, len(trajs))
     rewards = [float(t.get("reward") or 0.0) for t in trajs]
     turns = [r for t in trajs for r in t["turns"]]
@@ -154,16 +155,17 @@ def format_trend(trend: Sequence[Mapping[str, Any]]) -> str:
 
 DEV_CURVE_KEYS = (("dev/answer_f1", "F1"), ("dev/answer_cover_em", "cover-EM"), ("dev/answer_em", "EM"),
                   ("dev/answer_rate", "answered"), ("dev/own_searches", "own searches"),
-                  ("dev/retrieval_recall", "retrieval recall"))
-SEARCH_CURVE_KEYS = ("dev/own_searches", "dev/retrieval_recall")
+                  ("dev/retrieval_recall", "retrieval recall"), ("dev/context_recall", "context recall"))
+SEARCH_CURVE_KEYS = ("dev/own_searches", "dev/retrieval_recall", "dev/context_recall")
 """Dev-curve keys of the search itself: NaN in rows of runs from before them (issue 61), not 0."""
 
 
 def dev_curve(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, float]]:
     """The dev evaluations of a run's metrics.jsonl rows, in step order: [{"step", "F1", "cover-EM",
-    "EM", "answered", "own searches", "retrieval recall", "questions", "visits"}] for the rows with `dev/answer_f1`
-    (step 0 = before any update; visits = training questions seen, `train/question_visits`; own searches per
-    question and retrieval recall; each NaN in runs from before it); another key missing from a row reads 0."""
+    "EM", "answered", "own searches", "retrieval recall", "context recall", "questions", "visits"}] for the rows
+    with `dev/answer_f1` (step 0 = before any update; visits = training questions seen, `train/question_visits`;
+    own searches per question, retrieval recall and context recall (s3, naive RAG); each NaN in runs from before
+    it or without it); another key missing from a row reads 0."""
     return [{"step": float(r["step"]),
              **{name: float(r.get(key, math.nan if key in SEARCH_CURVE_KEYS else 0.0)) for key, name in DEV_CURVE_KEYS},
              "questions": float(r.get("dev/episodes", 0.0)), "visits": float(r.get("train/question_visits", math.nan))}
@@ -172,7 +174,7 @@ def dev_curve(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, float]]:
 
 def format_dev_curve(curve: Sequence[Mapping[str, float]]) -> str:
     """`dev_curve` as a markdown table (step, question visits where the run logged them, F1, cover-EM,
-    EM, answered, and own searches and retrieval recall per question where the run logged them); "" without
+    EM, answered, and own searches, retrieval and context recall per question where the run logged them); "" without
     dev rows."""
     if not curve:
         return ""
@@ -187,13 +189,15 @@ def format_dev_curve(curve: Sequence[Mapping[str, float]]) -> str:
 
 def dev_summary(step: int, metrics: Mapping[str, float]) -> str:
     """One console line of a dev evaluation after `step` completed steps (0 = before any update):
-    F1, cover-EM, EM, share answered, own searches and retrieval recall (when measured), questions and seconds
+    F1, cover-EM, EM, share answered, own searches, retrieval and context recall (when measured), questions and seconds
     (`time/eval_s`)."""
     m = {k: float(metrics.get(k, 0.0)) for k in ("dev/answer_f1", "dev/answer_cover_em", "dev/answer_em",
                                                    "dev/answer_rate", "dev/episodes", "time/eval_s",
                                                    "dev/own_searches", "dev/retrieval_recall")}
     search = (f"own searches {m['dev/own_searches']:.2f} retrieval recall {m['dev/retrieval_recall']:.3f} "
               if "dev/retrieval_recall" in metrics else "")
+    if "dev/context_recall" in metrics:
+        search += f"context recall {float(metrics['dev/context_recall']):.3f} "
     return (f"dev step {step}: F1 {m['dev/answer_f1']:.3f} cover-EM {m['dev/answer_cover_em']:.3f} "
             f"EM {m['dev/answer_em']:.3f} answered {m['dev/answer_rate']:.2f} {search}"
             f"({m['dev/episodes']:.0f} questions, {m['time/eval_s']:.0f} s)")

@@ -435,6 +435,12 @@ class Recipe(ABC):
         answers = [t.action.text for t in episode.turns if isinstance(t.action, Answer)]
         return FinalOutput(answer=answers[-1] if answers else None)
 
+    def generator_context(self, episode: Episode) -> list[Doc] | None:
+        """The documents a frozen generator reads to answer this episode (s3: the searcher's selection; naive
+        RAG: the top-k), measured as `context_recall` (`recipes.search_metrics`); None (this default) where the
+        policy answers itself from everything it was shown."""
+        return None
+
     @abstractmethod
     def reward(self, episode: Episode, scorer: Scorer | None = None) -> RewardBreakdown:
         """The episode's reward and its components, from its gold answers (and a scorer if needed)."""

@@ -96,3 +96,7 @@ class NaiveRAG(_SingleTurn):
     trainable = True  # RL on a single-turn RAG answerer: scripts.bench.peer's single-turn workload
     def build_prompt(self, question: str, initial_docs: Sequence[Doc], chat: bool) -> Prompt:
         return self._prompt(ANSWER_PROMPT.format(context=self.format_docs(initial_docs), question=question), chat)
+
+    def generator_context(self, episode: Episode) -> list[Doc]:
+        """The question's top-k: the generator reads them all."""
+        return list(episode.initial_docs)

@@ -343,6 +343,10 @@ class S3(Recipe):
             docs.extend(block[j - 1] for j in sorted(ids))
         return _dedupe(docs, key=lambda d: (d.title.strip(), d.text.strip()))
 
+    def generator_context(self, episode: Episode) -> list[Doc]:
+        """What the frozen generator reads: `context_docs` (s3 §3.1, D_s3)."""
+        return self.context_docs(episode)
+
     def final_output(self, episode: Episode) -> FinalOutput:
         """The selected documents; `answer` is filled by `reward` with the frozen generator's answer."""
         return FinalOutput(selected_docs=self.context_docs(episode))

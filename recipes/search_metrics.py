@@ -11,6 +11,9 @@ in training metrics, dev curves, evaluation tables and the finding reward term.
   holds a gold answer (what searching added).
 - `gold_paragraph_recall`: the share of the row's `context_ids` (HotpotQA-style gold paragraphs, data pack
   README) among the documents shown; None for rows that list none.
+- `context_hit`: the documents a frozen generator reads (`Recipe.generator_context`: s3's selection, naive RAG's
+  top-k) hold a gold answer; None where the policy answers itself. The mean is `context_recall` (issue 62): what
+  s3's selection kept of what its searches showed.
 
 Pure Python: no Ray, no engine.
 """
@@ -35,6 +38,7 @@ class SearchRecord:
     initial_hit: bool
     found_by_search: bool
     gold_paragraph_recall: float | None
+    context_hit: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (the doc ids as a list)."""
@@ -71,8 +75,9 @@ def gold_paragraph_recall(shown_ids: Iterable[str], context_ids: Sequence[str] |
     return sum(c in shown for c in gold) / len(gold)
 
 
-def search_record(episode: Episode) -> SearchRecord:
-    """The episode's `SearchRecord`; `context_ids` come from `episode.meta` (the QA row's extra fields)."""
+def search_record(episode: Episode, context: Sequence[Doc] | None = None) -> SearchRecord:
+    """The episode's `SearchRecord`; `context_ids` come from `episode.meta` (the QA row's extra fields);
+    `context`: the documents a frozen generator reads (`Recipe.generator_context`), None where there is none."""
     golds = list(episode.golden_answers)
     initial_ids = {d.doc_id for d in episode.initial_docs}
     initial_hit = any(doc_holds_answer(d, golds) for d in episode.initial_docs)
@@ -86,13 +91,15 @@ def search_record(episode: Episode) -> SearchRecord:
         initial_hit=initial_hit,
         found_by_search=found,
         gold_paragraph_recall=gold_paragraph_recall((d.doc_id for d in shown), episode.meta.get("context_ids")),
+        context_hit=None if context is None else any(doc_holds_answer(d, golds) for d in context),
     )
 
 
 def search_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """Means over episodes of their search records (dicts of `SearchRecord.to_json`; a missing one is skipped):
     `own_searches` (searches per episode), `retrieval_recall`, `initial_recall`, `found_by_search_rate`, and
-    `gold_paragraph_recall` over the episodes whose row lists gold paragraphs (absent when none does).
+    `gold_paragraph_recall` over the episodes whose row lists gold paragraphs (absent when none does), and
+    `context_recall` over the episodes with a generator context (absent when none has one).
     Every value 0.0 for no records."""
     recs = [r for r in records if r]
     n = max(1, len(recs))
@@ -105,4 +112,7 @@ def search_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     gold = [float(r["gold_paragraph_recall"]) for r in recs if r.get("gold_paragraph_recall") is not None]
     if gold:
         out["gold_paragraph_recall"] = sum(gold) / len(gold)
+    context = [bool(r["context_hit"]) for r in recs if r.get("context_hit") is not None]
+    if context:
+        out["context_recall"] = sum(context) / len(context)
     return out

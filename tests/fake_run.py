@@ -65,7 +65,8 @@ def _record(q: dict, method: str) -> dict:
         rec["context"], rec["searches"] = format_docs([BY_ID[i] for i in ids[:2]]), 2
         # the search itself (recipes.search_metrics): the first question's search showed its gold, the others not
         rec["search"] = {"own_searches": 1, "shown_doc_ids": ids, "retrieval_hit": q is QUESTIONS[0],
-                         "initial_hit": False, "found_by_search": q is QUESTIONS[0], "gold_paragraph_recall": None}
+                         "initial_hit": False, "found_by_search": q is QUESTIONS[0], "gold_paragraph_recall": None,
+                         "context_hit": q is QUESTIONS[0]}  # its selection [1, 2] kept what it found
     elif method == "untrained":
         rec["turns"] = [{"text": "1, 4]</important_info>", "action": "Complete", "query": None, "doc_ids": [],
                          "finish_reason": "stop"}]

@@ -8,7 +8,7 @@ import pytest
 
 from pipelines.eval_rows import ALL, MULTI_HOP, QARecord, add_intervals, compute_rows, format_markdown, search_fields
 from recipes import get_recipe
-from recipes.base import Doc, Search, Turn
+from recipes.base import Complete, Doc, Search, Turn
 from recipes.expert import entity_phrases, search_candidates
 from recipes.search_metrics import gold_paragraph_recall, search_record, search_summary
 
@@ -49,6 +49,26 @@ def test_gold_paragraph_recall_and_the_summary():
     s = search_summary(recs)
     assert s == {"own_searches": 0.5, "retrieval_recall": 0.5, "initial_recall": 0.0, "found_by_search_rate": 0.5,
                  "gold_paragraph_recall": 0.5}
+
+
+@pytest.mark.parametrize("selected, hit", [((1,), True), ((2,), False)])
+def test_s3_context_recall_is_what_its_selection_kept_of_what_its_search_showed(selected, hit):
+    """Issue 62: the search shows the gold document (retrieval hit) either way; the generator's context holds it
+    only when the selection keeps it. Naive RAG's context is its top-k; Search-R1's policy answers itself."""
+    s3 = get_recipe("s3", max_turns=1)
+    ep = s3.start("Where was the director of Quiet Harbor born?", [GOLD], [FILM, *OTHER[:2]], chat=False)
+    ep.turns.append(Turn("<query>q</query>", Search("q", selected=()), docs=[BORN, OTHER[2]]))
+    ep.turns.append(Turn("<search_complete>True</search_complete>", Complete(selected)))
+    r = search_record(ep, s3.generator_context(ep))
+    assert r.retrieval_hit and r.found_by_search and r.context_hit is hit
+    assert search_summary([r.to_json()])["context_recall"] == float(hit)
+    rag = get_recipe("naive_rag")
+    rag_ep = rag.start("q", [GOLD], [BORN], chat=False)
+    assert search_record(rag_ep, rag.generator_context(rag_ep)).context_hit is True
+    assert get_recipe("search_r1").generator_context(episode([BORN], [])) is None
+    assert "context_recall" not in search_summary([search_record(episode([BORN], [])).to_json()])
+    row = compute_rows([QARecord("s3", "nq", GOLD, (GOLD,), 2, True, **search_fields(r.to_json()))])[0]
+    assert row["context_recall"] == float(hit) and "| context recall |" in format_markdown([row])
 
 
 def test_rollout_metrics_and_the_dev_curve_carry_the_search():

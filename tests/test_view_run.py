@@ -40,7 +40,9 @@ def test_summary_names_methods_datasets_steps_and_the_dev_curve(client):
     policy = s["eval"]["methods"][0]
     assert policy["episodes"] == 3 and policy["em"] == pytest.approx(1 / 3)  # "Mira Tolven" exact, the others not
     assert policy["own_searches"] == 1.0 and policy["retrieval_recall"] == pytest.approx(1 / 3)
+    assert policy["context_recall"] == pytest.approx(1 / 3)  # what the generator read (issue 62)
     assert s["eval"]["methods"][1]["retrieval_recall"] is None  # its records carry no search measures
+    assert s["eval"]["methods"][1]["context_recall"] is None
     assert s["eval"]["datasets"] == ["hotpotqa", "nq"] and s["eval"]["episodes"] == 12
     assert [st["step"] for st in s["steps"]] == [1, 2] and s["steps"][1]["rollout/reward_mean"] == pytest.approx(0.45)
     assert [(r["step"], r["F1"], r["visits"]) for r in s["dev_curve"]] == [(0, 0.2, 0), (2, 0.3, 6)]

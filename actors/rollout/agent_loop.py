@@ -232,7 +232,8 @@ class _EpisodeRun:
             "selected_doc_ids": [d.doc_id for d in final.selected_docs] if final else [],
             "evidence": final.evidence if final else None,
             "answer_forced": ep.answer_forced,
-            "search": search_record(ep).to_json(),  # own searches, retrieval recall (recipes.search_metrics)
+            # own searches, retrieval and context recall (recipes.search_metrics)
+            "search": search_record(ep, lp.recipe.generator_context(ep)).to_json(),
         }
         score_s = 0.0
         if lp.compute_reward and ep.stop_reason != NO_DEMONSTRATION:  # a question left without one is not scored

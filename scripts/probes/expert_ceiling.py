@@ -58,7 +58,9 @@ def bm25_searcher(index_dir: str):
 
 def summarize(trajs: list[Any]) -> dict[str, dict[str, float]]:
     """Per dataset and `all`: questions, demonstrated share, own searches, retrieval / initial recall, found by
-    search, gold-paragraph recall (rows listing gold paragraphs) and the answers' F1 (0 without a demonstration)."""
+    search, gold-paragraph recall (rows listing gold paragraphs), context recall (recipes whose frozen generator
+    reads a context: s3's selection holds a gold answer) and the answers' F1 (0 without a demonstration; s3's
+    expert never answers, so 0 there)."""
     from recipes.metrics import f1_score
 
     groups: dict[str, list[Any]] = defaultdict(list)
@@ -78,6 +80,8 @@ def summarize(trajs: list[Any]) -> dict[str, dict[str, float]]:
             "initial_recall": sum(x["initial_hit"] for x in s) / n,
             "found_by_search": sum(x["found_by_search"] for x in s) / n,
             "gold_paragraph_recall": sum(gold) / len(gold) if gold else float("nan"),
+            **({"context_recall": sum(bool(x["context_hit"]) for x in s) / n}
+               if any(x.get("context_hit") is not None for x in s) else {}),
             "f1": sum(f1_score(t.final["answer"] or "", t.golden_answers) if d else 0.0
                       for t, d in zip(ts, demo)) / n,
         }

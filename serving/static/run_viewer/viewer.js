@@ -71,11 +71,13 @@ async function loadSummary() {
     replace($("methods-table"), el("table", {},
       el("thead", {}, el("tr", {}, el("th", {}, "method"), el("th", {class: "n"}, "episodes"),
         el("th", {class: "n"}, "EM"), el("th", {class: "n"}, "F1"), el("th", {class: "n"}, "cover-EM"),
-        el("th", {class: "n"}, "own searches/q"), el("th", {class: "n"}, "retrieval recall"))),
+        el("th", {class: "n"}, "own searches/q"), el("th", {class: "n"}, "retrieval recall"),
+        el("th", {class: "n"}, "context recall"))),
       el("tbody", {}, s.eval.methods.map((m) => el("tr", {}, el("td", {}, m.method), el("td", {class: "n"}, m.episodes),
         el("td", {class: "n"}, num(m.em)), el("td", {class: "n"}, num(m.f1)), el("td", {class: "n"}, num(m.cover_em)),
         el("td", {class: "n"}, m.own_searches == null ? "–" : num(m.own_searches)),
-        el("td", {class: "n"}, m.retrieval_recall == null ? "–" : num(m.retrieval_recall)))))));
+        el("td", {class: "n"}, m.retrieval_recall == null ? "–" : num(m.retrieval_recall)),
+        el("td", {class: "n"}, m.context_recall == null ? "–" : num(m.context_recall)))))));
   }
   replace($("r-step"), s.steps.map((st) => el("option", {value: st.step},
     `step ${st.step}` + (st["rollout/reward_mean"] !== undefined ? ` (reward ${num(st["rollout/reward_mean"])})` : ""))));
