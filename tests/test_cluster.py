@@ -317,6 +317,7 @@ def test_submit_cluster_check_to_a_local_head(local_head, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # CI keeps the submission path (the cluster check) and training itself (test_train.py)
 def test_submit_a_short_training_job(local_head, tmp_path, small_index, tiny_gemma_dir):
     """`ray job submit` of scripts.train to a local head (2 CPUs): one GRPO step of R1-Searcher stage 1
     (tiny Gemma 3 policy, transformers backend, the real pool over the pack) leaves metrics and a

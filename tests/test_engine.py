@@ -390,6 +390,7 @@ class TestVLLMTiny:
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # CI keeps the real 270M on vLLM through Serve (test_serve_e2e.py) and the tiny Gemma here
 class TestVLLMGemma270M:
     @pytest.fixture(scope="class")
     def engine(self, gemma_dir, loop):

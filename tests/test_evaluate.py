@@ -185,7 +185,7 @@ def test_evaluate_end_to_end_through_the_actors(ray_local, small_index, data_dir
     for r in rows:  # pooled rows: bootstrap intervals; policy's also its paired differences (naive_rag, no_search)
         extra = set() if r["dataset"] not in pooled else {"ci", "paired"} if r["method"] == "policy" else {"ci"}
         if r["method"] != "direct":  # every method that retrieves: the search itself (issue 61)
-            extra |= {"own_searches_per_question", "retrieval_recall"}
+            extra |= {"own_searches_per_question", "retrieval_recall", "context_recall"}  # s3 and RAG: a generator reads
         assert ROW_KEYS | extra <= set(r) <= ROW_KEYS | extra | {"gold_paragraph_recall"}
         for m in ("em", "f1", "cover_em", "span_check", "gen_acc"):
             assert 0.0 <= r[m] <= 1.0 and not math.isnan(r[m])
@@ -203,6 +203,8 @@ def test_evaluate_end_to_end_through_the_actors(ray_local, small_index, data_dir
     assert by["naive_rag"]["own_searches_per_question"] == 0.0
     assert by["no_search"]["retrieval_recall"] == by["naive_rag"]["retrieval_recall"]  # the same top-3 shown
     assert by["policy"]["retrieval_recall"] >= by["no_search"]["retrieval_recall"]
+    assert by["naive_rag"]["context_recall"] == by["naive_rag"]["retrieval_recall"]  # RAG's generator reads all it shows
+    assert by["policy"]["context_recall"] <= by["policy"]["retrieval_recall"]  # s3's generator reads what it selected
     assert by["policy"]["paired"]["no_search"]["n"] == 3
 
     preds = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]

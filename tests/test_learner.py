@@ -491,7 +491,9 @@ def test_token_sized_micro_batches_take_the_same_step(ray_local, tiny_gemma_dir)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("shape", ["main", "multi_turn", "random"])
+# heavy: "main" runs the script path in CI; the other shapes only change its batch (docs/test-suite.md)
+@pytest.mark.parametrize("shape", ["main", pytest.param("multi_turn", marks=pytest.mark.heavy),
+                                   pytest.param("random", marks=pytest.mark.heavy)])
 def test_bench_learner_local_runs_without_ray(tiny_gemma_dir, data_dir, tmp_path, capsys, shape):
     """`scripts.bench.learner --local`: one PolicyLearner in a process of its own per setting, no Ray
     (what a bare GPU machine runs); packed, the forward passes run over each shared prompt once."""

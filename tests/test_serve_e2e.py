@@ -187,6 +187,7 @@ def test_the_other_replica_answers_while_the_killed_one_restarts(server):
     assert replicas[1].pid in again and victim.pid not in again, again  # the survivor was never restarted
 
 
+@pytest.mark.heavy  # CI keeps a killed replica (above) and concurrent bad requests (test_concurrent_native_...)
 def test_hundred_clients_with_both_replicas_killed_mid_load(server):
     """100 concurrent clients, 60 good and 40 bad requests, and both searcher replicas SIGKILLed while
     they are in flight: no 500 and no hang; every request is answered (200) or refused with a clear

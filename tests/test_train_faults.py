@@ -53,6 +53,7 @@ def test_killed_rollout_worker_then_learner_rank_are_rebuilt_and_their_steps_red
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # an option (the soak config's); CI keeps the default, checkpoint recovery (above)
 def test_killed_learner_rank_rebuilds_from_the_in_memory_snapshot(small_index, tiny_gemma_dir, tmp_path, monkeypatch):
     """`train.learner_recovery: snapshot` and no checkpoint before the end: the rank dies during step
     2, the rebuilt learners load the snapshot of step 1 and only step 2 is redone (from the last
