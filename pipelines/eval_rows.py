@@ -178,6 +178,33 @@ def format_markdown(rows: Sequence[Mapping[str, Any]], title: str | None = None)
     return "\n".join(lines) + "\n"
 
 
+def records_from_predictions(lines: Iterable[Mapping[str, Any]], method: str, *, as_method: str | None = None,
+                             source: str = "predictions.jsonl") -> list[QARecord]:
+    """The `QARecord`s of one method from `predictions.jsonl` lines (`prediction_line`'s dicts), renamed to
+    `as_method` (default: `method`), so that two evaluations' files can be paired question by question
+    (`add_intervals`) without evaluating either again.
+
+    Raises:
+        ValueError: no line has `method` (the message names the methods `source` holds), or a line of it
+            lacks a field `QARecord` needs (dataset, answer, golden_answers, searches).
+    """
+    lines = list(lines)
+    mine = [r for r in lines if r.get("method") == method]
+    if not mine:
+        have = sorted({str(r.get("method")) for r in lines})
+        raise ValueError(f"{source} has no method {method!r}; it holds {have}: name one of them")
+    out = []
+    for i, r in enumerate(mine):
+        try:
+            out.append(QARecord(as_method or method, r["dataset"], r["answer"], tuple(r["golden_answers"]),
+                                int(r["searches"]), bool(r.get("gen_acc")), r.get("acc_l"), qid=str(r.get("id", "")),
+                                **search_fields(r.get("search"))))
+        except KeyError as e:
+            raise ValueError(f"{source}: {method} line {i} lacks the field {e.args[0]!r}; pass a predictions.jsonl "
+                             "that scripts.evaluate wrote") from None
+    return out
+
+
 # ----------------------------------------------------------------------------- intervals (pure)
 
 CI_METRICS = ("em", "f1", "cover_em")
