@@ -178,6 +178,18 @@ def format_markdown(rows: Sequence[Mapping[str, Any]], title: str | None = None)
     return "\n".join(lines) + "\n"
 
 
+def qa_record(method: str, record: Mapping[str, Any], *, gen_acc: bool, acc_l: bool | None) -> QARecord:
+    """The `QARecord` of one evaluation record (a `predictions.jsonl` line has the same fields): its dataset,
+    answer, golden_answers, searches, id and `search` dict (`search_fields`).
+
+    Raises:
+        KeyError: the record lacks dataset, answer, golden_answers or searches.
+    """
+    return QARecord(method, record["dataset"], record["answer"], tuple(record["golden_answers"]),
+                    int(record["searches"]), gen_acc, acc_l, qid=str(record.get("id", "")),
+                    **search_fields(record.get("search")))
+
+
 def records_from_predictions(lines: Iterable[Mapping[str, Any]], method: str, *, as_method: str | None = None,
                              source: str = "predictions.jsonl") -> list[QARecord]:
     """The `QARecord`s of one method from `predictions.jsonl` lines (`prediction_line`'s dicts), renamed to
@@ -196,9 +208,7 @@ def records_from_predictions(lines: Iterable[Mapping[str, Any]], method: str, *,
     out = []
     for i, r in enumerate(mine):
         try:
-            out.append(QARecord(as_method or method, r["dataset"], r["answer"], tuple(r["golden_answers"]),
-                                int(r["searches"]), bool(r.get("gen_acc")), r.get("acc_l"), qid=str(r.get("id", "")),
-                                **search_fields(r.get("search"))))
+            out.append(qa_record(as_method or method, r, gen_acc=bool(r.get("gen_acc")), acc_l=r.get("acc_l")))
         except KeyError as e:
             raise ValueError(f"{source}: {method} line {i} lacks the field {e.args[0]!r}; pass a predictions.jsonl "
                              "that scripts.evaluate wrote") from None

@@ -88,7 +88,7 @@ from pipelines.eval_rows import (
     format_markdown,
     is_mirage,
     prediction_line,
-    search_fields,
+    qa_record,
 )
 from pipelines.judge_agreement import agreement_note, judge_agreement
 from recipes import recipe_class
@@ -372,9 +372,7 @@ def evaluate(
                 acc_l = acc_l_verdicts(ray, judge, recs) if cfg.eval.acc_l else [None] * len(recs)
                 seconds[method] = seconds.get(method, 0.0) + time.perf_counter() - t0
                 for r, flag, verdict, acc in zip(recs, flags, verdicts, acc_l):
-                    rows_in.append(QARecord(method, r["dataset"], r["answer"], tuple(r["golden_answers"]),
-                                            int(r["searches"]), flag, acc, qid=str(r.get("id", "")),
-                                            **search_fields(r.get("search"))))
+                    rows_in.append(qa_record(method, r, gen_acc=flag, acc_l=acc))
                     judged.append((r, verdict))
                     f.write(json.dumps(prediction_line(method, recipe, r, gen_acc=flag, judge=verdict, acc_l=acc,
                                                        searcher=method not in BASELINES)) + "\n")
