@@ -430,6 +430,30 @@ def test_packed_update_with_skipped_groups_moves_the_policy_as_the_plain_update(
     assert metrics[True]["tokens"] == int(batch.loss_mask[kept].sum())
 
 
+def test_an_update_whose_groups_are_all_left_out_needs_no_old_logprobs(ray_local, tiny_gemma_dir):
+    """Seen in a run (8 questions x 8 samples, mini-batches of 32): a step whose groups all scored alike crashed,
+    because the trainer passes no old log-probs for rows it does not train and the learner asked for them as
+    for any update of more than one mini-batch. Such an update takes no step; one that trains a group still
+    needs them."""
+    from actors.learner.group import LearnerGroup
+
+    batch = make_train_batch(synthetic_trajectories(8, seed=3), pad_token_id=0)  # 4 groups of 2, 2 mini-batches
+    batch = batch.with_fields(old_logprobs=None)  # as the trainer leaves them for rows it does not train
+    group = LearnerGroup("policy", learner_config(tiny_gemma_dir, zero_stage=0))
+    try:
+        before = group.compute_logprobs(batch)[0]
+        alike = batch.with_fields(advantages=grpo_advantages(torch.ones(8), batch.group_ids, batch.loss_mask))
+        m = group.update(alike, AlgorithmConfig(kl_coef=0.0, skip_zero_advantage=True))
+        assert m["optimizer_steps"] == 0 and m["skipped_groups"] == 4
+        assert torch.equal(group.compute_logprobs(batch)[0], before)
+        one = batch.with_fields(advantages=grpo_advantages(torch.tensor([1.0, 0, 1, 1, 1, 1, 1, 1]),
+                                                           batch.group_ids, batch.loss_mask))
+        with pytest.raises(Exception, match="old_logprobs is None"):
+            group.update(one, AlgorithmConfig(kl_coef=0.0, skip_zero_advantage=True))
+    finally:
+        group.shutdown()
+
+
 def test_skipped_groups_with_kl_and_entropy_terms_train_as_the_kept_groups_alone(ray_local, tiny_gemma_dir):
     """Issue 49: with a KL and an entropy loss term, `skip_zero_advantage` (packed) moves the policy as the plain
     unpacked update of the kept groups alone does: the terms apply to the kept groups, a skipped group adds

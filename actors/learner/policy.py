@@ -140,13 +140,19 @@ class PolicyLearner(DeepSpeedRank):
         Raises:
             ValueError: `batch.advantages` is missing, or the KL loss needs `ref_logprobs`, or the batch
                 size is not a multiple of `mini_batch_size`, or `old_logprobs` is missing for an update
-                of more than one optimizer step.
+                of more than one optimizer step (an update whose groups `skip_zero_advantage` all leaves out
+                takes none and needs none: the trainer passes no log-probs for rows it does not train).
         """
         algo = algorithm if isinstance(algorithm, AlgorithmConfig) else AlgorithmConfig(**dict(algorithm))
         if batch.advantages is None:
             raise ValueError("PolicyLearner.update: batch.advantages is None; compute advantages first")
         supervised = algo.policy_loss == "nll"  # the warm start's pass: no ratio, so no old log-probs needed
-        if batch.old_logprobs is None and not supervised and not single_step(self.config, batch.size):
+        keep, skipped = None, 0
+        if algo.skip_zero_advantage:
+            dropped = zero_advantage_groups(batch.advantages, batch.loss_mask, batch.group_ids)
+            keep, skipped = ~dropped, len({g for g, d in zip(batch.group_ids, dropped.tolist()) if d})
+        trains = keep is None or bool(keep.any())  # every group left out: no optimizer step, no ratio to take
+        if batch.old_logprobs is None and not supervised and trains and not single_step(self.config, batch.size):
             raise ValueError(
                 "PolicyLearner.update: batch.old_logprobs is None, but this update takes more than one optimizer "
                 f"step (ppo_epochs={self.config.ppo_epochs}, {batch.size} sequences, mini_batch_size="
@@ -161,10 +167,6 @@ class PolicyLearner(DeepSpeedRank):
         rows_metrics: list[dict[str, float]] = []
         step_metrics: list[dict[str, float]] = []
         tokens = sequence_tokens = 0
-        keep, skipped = None, 0
-        if algo.skip_zero_advantage:
-            dropped = zero_advantage_groups(batch.advantages, batch.loss_mask, batch.group_ids)
-            keep, skipped = ~dropped, len({g for g, d in zip(batch.group_ids, dropped.tolist()) if d})
         for epoch in range(self.config.ppo_epochs):
             for mini_rows in self._plan(batch, epoch, keep):
                 mini_mask = batch.loss_mask[mini_rows]  # the mini-batch's normaliser (its kept rows only)
