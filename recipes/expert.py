@@ -53,6 +53,9 @@ SEARCH_NEXT = "I will search for it."
 taught the policy to close its think tag with the search tag after X (the turn then ended invalid at `</search>`:
 dev valid-action rate 0.58 after the warm start, issue 61)."""
 
+CHECK_NEXT = "Let me check it with one more search."
+"""How the `verify` expert's first reason ends after it named the answer the shown documents give (issue 61)."""
+
 _STOP = frozenset(
     "a an the of in on at to for from by with and or is are was were be been what which who whom whose when where "
     "why how did does do that this these those it its as into there than then same both other also has have had "

@@ -25,7 +25,7 @@ from recipes.base import (
     Search,
     prefilled,
 )
-from recipes.expert import ExpertQuery, after_prefix, docs_holding_answer, key_words_query, search_candidates
+from recipes.expert import CHECK_NEXT, ExpertQuery, after_prefix, docs_holding_answer, key_words_query, search_candidates
 from recipes.metrics import span_check
 from recipes.search_metrics import shown_docs
 from recipes.tags import clean, find_blocks
@@ -81,12 +81,15 @@ class TaggedConfig(RecipeConfig):
         "episode records `answer_forced`; format rewards count it as a format error. Not in the papers.")
     forced_answer_tokens: int = Field(
         32, ge=1, description="Token budget of the forced answer turn (an answer is a short span).")
-    expert_searches: Literal["when_needed", "always", "question"] = Field(
+    expert_searches: Literal["when_needed", "always", "verify", "question"] = Field(
         "when_needed", description="When and how the warm start's expert (`train.warm_start.source: expert`) searches: "
         "`when_needed`, when the documents shown hold no gold answer, with a query checked to bring one into view; "
         "`always`, also once before answering when they do (a query that brings a new gold-holding document when one "
-        "exists, else its best candidate); `question`, the expert before issue 61: its one query is the question "
-        "itself (under `initial_search` it repeats the top-k, so it never finds anything and never searches). "
+        "exists, else its best candidate); `verify`, as `always`, but where the documents shown hold the answer its "
+        "first turn names it ('Doc 2 says the answer is X.') before the check search, and after that search it "
+        "answers with what it named, so its reason to search on is written after reading; `question`, the expert "
+        "before issue 61: its one query is the question itself (under `initial_search` it repeats the top-k, so it "
+        "never finds anything and never searches). "
         "Not in the papers.")
 
 
@@ -209,8 +212,9 @@ class TaggedSearchRecipe(Recipe):
         if blocks is None or episode.num_steps >= self.config.max_turns:
             return []
         latest, shown = blocks
-        held = bool(docs_holding_answer(shown, episode.golden_answers))
-        always = self.config.expert_searches == "always" and episode.num_searches == 0
+        holding = docs_holding_answer(shown, episode.golden_answers)
+        held = bool(holding)
+        always = self.config.expert_searches in ("always", "verify") and episode.num_searches == 0
         if held and not always:
             return []
         if self.config.expert_searches == "question":
@@ -222,6 +226,9 @@ class TaggedSearchRecipe(Recipe):
             # A check search: the question's key words, which a policy can copy. The first candidate that happened
             # to bring another gold-holding document (an entity of some shown document) taught arbitrary queries.
             words = key_words_query(episode.question)
+            if self.config.expert_searches == "verify":  # the reason reads the documents before it searches on
+                position, gold = holding[0]
+                return [ExpertQuery(words, f"Doc {position} says the answer is {gold}. {CHECK_NEXT}", checked=False)]
             return [ExpertQuery(words, "Let me check the answer with one more search.", checked=False)]
         return search_candidates(episode.question, latest, shown, episode.meta.get("supporting_titles") or ())
 
@@ -239,10 +246,16 @@ class TaggedSearchRecipe(Recipe):
         last = episode.turns[-1] if episode.turns else None
         found = docs_holding_answer(latest, episode.golden_answers)
         earlier = docs_holding_answer(shown, episode.golden_answers)
-        always = self.config.expert_searches == "always" and episode.num_searches == 0
+        always = self.config.expert_searches in ("always", "verify") and episode.num_searches == 0
+        named = self._named_before_check(episode)
         if query is not None and (not earlier or always):
             lead = self._think(query.reason)
             action = f"{self.search_tags[0]} {query.query} {self.search_tags[1]}"
+        elif named:  # `verify` after its check search: the answer its first turn named, whatever the search brought
+            position, gold = named[0]
+            lead = self._think(f"So the answer is {gold}.")
+            lead += self.expert_before_answer(sentence_holding(episode.initial_docs[position - 1].text, gold))
+            action = f"{self.answer_tags[0]} {gold} {self.answer_tags[1]}"
         elif found:
             position, gold = found[0]
             lead = "" if last is None else self.expert_evaluation(position, gold)
@@ -262,6 +275,16 @@ class TaggedSearchRecipe(Recipe):
         if text is None and last is None and prefill and action.startswith(prefill):
             text = action[len(prefill):]  # the prefill opens the action itself: no room for reasoning first
         return text
+
+    def _named_before_check(self, episode: Episode) -> list[tuple[int, str]]:
+        """With `expert_searches: verify`, right after the episode's one search, when the initial top-k held a gold
+        answer (so that search was the check and the first turn named the answer): `docs_holding_answer` of the
+        initial documents; else []."""
+        last = episode.turns[-1] if episode.turns else None
+        if (self.config.expert_searches != "verify" or not self.config.initial_search or last is None
+                or not isinstance(last.action, Search) or episode.num_searches != 1):
+            return []
+        return docs_holding_answer(list(episode.initial_docs), episode.golden_answers)
 
     def _think(self, text: str) -> str:
         return f"{self.think_tags[0]} {text} {self.think_tags[1]}\n" if self.think_tags else f"{text}\n"

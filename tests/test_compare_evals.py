@@ -10,8 +10,9 @@ from scripts import compare_evals
 GOLD = {"q1": "Paris", "q2": "Rome", "q3": "Oslo", "q4": "Bern"}
 
 
-def _eval_dir(tmp_path, name, answers, method="policy", dataset="hotpotqa", order=None):
-    """An evaluation directory whose predictions.jsonl answers `answers[qid]` for each question (in `order`)."""
+def _eval_dir(tmp_path, name, answers, method="policy", dataset="hotpotqa", order=None, search=None):
+    """An evaluation directory whose predictions.jsonl answers `answers[qid]` for each question (in `order`);
+    `search[qid]`: (initial_hit, found_by_search) of that question's search record."""
     d = tmp_path / name
     d.mkdir()
     lines = []
@@ -19,6 +20,8 @@ def _eval_dir(tmp_path, name, answers, method="policy", dataset="hotpotqa", orde
         record = {"id": qid, "dataset": dataset, "question": f"where {qid}?", "golden_answers": [GOLD[qid]],
                   "answer": answers[qid], "searches": 2, "finish_reason": "answer",
                   "search": {"own_searches": 1, "retrieval_hit": qid != "q4", "gold_paragraph_recall": None}}
+        if search is not None:
+            record["search"].update(initial_hit=search[qid][0], found_by_search=search[qid][1])
         lines.append(prediction_line(method, "search_r1", record, gen_acc=False, judge=None, acc_l=None))
     (d / "predictions.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     return d
@@ -79,3 +82,24 @@ def test_main_prints_and_writes(tmp_path, capsys):
     assert compare_evals.main([str(a), str(b), "--names", "rl", "warm", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "| metric | rl − warm | 95% CI |" in printed and out.read_text() == printed
+
+
+def test_by_search_splits_the_paired_questions_by_what_a_s_own_search_found(tmp_path, capsys):
+    """A answers right only where its own search found the gold beyond the top-k (q3, q4); B (its `no_search`)
+    only where the top-k held it (q1): the parts say the search is why A wins, and where A lost."""
+    parts = {"q1": (True, True), "q2": (True, False), "q3": (False, True), "q4": (False, True)}
+    a = _eval_dir(tmp_path, "a", {"q1": "x", "q2": "Rome", "q3": "Oslo", "q4": "Bern"}, search=parts)
+    b = _eval_dir(tmp_path, "b", {"q1": "Paris", "q2": "Rome", "q3": "x", "q4": "y"}, order=["q4", "q2", "q1", "q3"])
+    got, md = compare_evals.by_search(str(a), str(b), ("policy", "no_search"))
+    by_part = {p["part"]: p for p in got}
+    found = by_part["top-k holds none; A's search found one"]
+    assert found["n"] == 2 and found["f1_a"] == 1.0 and found["f1_b"] == 0.0 and found["paired"][0] == 1.0
+    lost = by_part["top-k holds a gold answer; A's search found another"]
+    assert lost["n"] == 1 and lost["f1_a"] == 0.0 and lost["paired"] is None  # one question: no interval
+    assert by_part["top-k holds none; nor did A's search"]["n"] == 0
+    assert "| top-k holds none; A's search found one | 2 | 1.000 | 0.000 | 1.000 [1.000, 1.000] |" in md
+    assert compare_evals.main([str(a), str(b), "--by-search"]) == 0
+    assert "Answer F1 by A's search" in capsys.readouterr().out
+    # B first: its lines carry no initial_hit, so there is nothing to split by
+    with pytest.raises(ValueError, match="no search record"):
+        compare_evals.by_search(str(b), str(a))

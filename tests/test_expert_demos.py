@@ -286,6 +286,36 @@ def test_the_always_variant_searches_with_purpose_when_the_top3_lacks_the_gold(g
     assert none.finish_reason == NO_DEMONSTRATION and none.turns == []
 
 
+@pytest.mark.parametrize("fresh_docs", [True, False])
+def test_the_verify_variant_names_the_answer_it_read_then_checks_it_and_answers_with_it(gemma_tokenizer, fresh_docs):
+    """`verify` where the top-3 holds the gold (Doc 1): the first reason names it before the check search (the
+    decision to search on is made by reading), and the answer turn repeats it whether the check search brought the
+    gold again (`fresh_docs: false`: the film's page once more) or nothing (`fresh_docs: true`)."""
+    calls: list = []
+    recipe = main_job_recipe(expert_searches="verify", fresh_docs=fresh_docs)
+    t = run_main_loop(gemma_tokenizer, recipe, bridge_searcher(calls, "x"),
+                      [ex("q1", "Who directed the film Quiet Harbor?", [BRIDGE])])[0]
+    assert [turn.action.__class__.__name__ for turn in t.episode.turns] == ["Search", "Answer"]
+    assert t.turns[0].query == "directed film quiet harbor"
+    assert "Doc 1 says the answer is Ansel Kordova. Let me check it with one more search." in t.turns[0].text
+    assert ("p-film" in t.turns[0].doc_ids) is not fresh_docs
+    assert "So the answer is Ansel Kordova." in t.turns[1].text and t.final["answer"] == BRIDGE
+    assert t.reward == 1.0 and t.final["search"]["own_searches"] == 1
+
+
+def test_the_verify_variant_searches_with_purpose_when_the_top3_lacks_the_gold(gemma_tokenizer):
+    """`verify` where the top-3 holds no gold: it says so and searches with the checked query (as `always`), then
+    answers from the document its search found."""
+    calls: list = []
+    row = {**ex("q1", BRIDGE_Q, ["Vellmar"], dataset="hotpotqa"),
+           "meta": {"supporting_titles": ["Quiet Harbor", BRIDGE], "context_ids": ["p-film", "p-born"]}}
+    t = run_main_loop(gemma_tokenizer, main_job_recipe(expert_searches="verify", fresh_docs=True),
+                      bridge_searcher(calls, BRIDGE), [row])[0]
+    assert [turn.query for turn in t.turns] == [BRIDGE, None] and t.final["answer"] == "Vellmar"
+    assert "but no document gives the answer. I will search for it." in t.turns[0].text
+    assert "Doc 1 says the answer is Vellmar." in t.turns[1].text and "So the answer" not in t.turns[1].text
+
+
 def test_the_always_variant_without_initial_search_first_searches_with_the_question_s_key_words(gemma_tokenizer):
     """The paper's loop (no documents in the prompt) with `always`: the first search is the question's key words,
     unchecked (a query a policy can copy); where its results lack the gold, the checked query that finds it; then
