@@ -280,10 +280,9 @@ class TaggedSearchRecipe(Recipe):
         """With `expert_searches: verify`, right after the episode's one search, when the initial top-k held a gold
         answer (so that search was the check and the first turn named the answer): `docs_holding_answer` of the
         initial documents; else []."""
-        last = episode.turns[-1] if episode.turns else None
-        if (self.config.expert_searches != "verify" or not self.config.initial_search or last is None
-                or not isinstance(last.action, Search) or episode.num_searches != 1):
-            return []
+        if (self.config.expert_searches != "verify" or episode.num_searches != 1
+                or not isinstance(episode.turns[-1].action, Search)):
+            return []  # (no initial top-k, no `initial_search`: nothing below holds a gold answer)
         return docs_holding_answer(list(episode.initial_docs), episode.golden_answers)
 
     def _think(self, text: str) -> str:

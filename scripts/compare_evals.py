@@ -69,7 +69,7 @@ def compare(a: str, b: str, names: tuple[str, str] | None = None) -> tuple[list[
         ValueError: a method missing from its file, the two names equal, or no question in both.
     """
     (pa, ma), (pb, mb) = parse_source(a), parse_source(b)
-    na, nb = names or ((ma, mb) if ma != mb else (f"{ma} (A)", f"{mb} (B)"))
+    na, nb = _row_names(ma, mb, names)
     if na == nb:
         raise ValueError(f"--names gives the same name twice ({na!r}); name A and B apart")
     records = (records_from_predictions(_lines(pa), ma, as_method=na, source=str(pa))
@@ -96,7 +96,7 @@ def by_search(a: str, b: str, names: tuple[str, str] | None = None) -> tuple[lis
             (a method that does not search, e.g. naive RAG or direct inference).
     """
     (pa, ma), (pb, mb) = parse_source(a), parse_source(b)
-    na, nb = names or ((ma, mb) if ma != mb else (f"{ma} (A)", f"{mb} (B)"))
+    na, nb = _row_names(ma, mb, names)
     la, lb = _method_lines(pa, ma), _method_lines(pb, mb)
     if not all(isinstance(r.get("search"), dict) and "initial_hit" in r["search"] for r in la.values()):
         raise ValueError(f"{pa}: {ma} lines carry no search record (initial_hit, found_by_search); put the method "
@@ -137,6 +137,11 @@ def _method_lines(path: Path, method: str) -> dict[tuple[str, str, int], dict]:
             seen[q] = seen.get(q, -1) + 1
             out[(*q, seen[q])] = r
     return out
+
+
+def _row_names(ma: str, mb: str, names: tuple[str, str] | None) -> tuple[str, str]:
+    """`names`, else the two methods, told apart as METHOD (A) / (B) when they are the same."""
+    return names or ((ma, mb) if ma != mb else (f"{ma} (A)", f"{mb} (B)"))
 
 
 def _lines(path: Path) -> list[dict]:
