@@ -70,8 +70,12 @@ class EvalRAR(TaggedSearchRecipe):
         found = "The question can be answered: Doc 1 says Paris is the capital of France."
         return f"<evaluate> {missing if step == 0 else found} </evaluate>\n"
 
-    def expert_evaluation(self, position: int, gold: str) -> str:
-        """The expert's evaluation after its search: the question can be answered, citing the document."""
+    def expert_evaluation(self, holding: tuple[int, str] | None) -> str:
+        """The expert's evaluation after each search (Algorithm 1): the question can be answered, citing the
+        document that holds the answer, or (`holding` None: it searches on) what is missing."""
+        if holding is None:
+            return "<evaluate> The question cannot be answered yet: the documents do not give the answer. </evaluate>\n"
+        position, gold = holding
         return f"<evaluate> The question can be answered: Doc {position} says {gold}. </evaluate>\n"
 
     def reward(self, episode: Episode, scorer: Scorer | None = None) -> RewardBreakdown:

@@ -182,9 +182,10 @@ class TaggedSearchRecipe(Recipe):
         return Search(content) if content else Invalid("empty search")
 
     # -- expert demonstrations (train.warm_start.source: expert) -------------------------------
-    def expert_evaluation(self, position: int, gold: str) -> str:
-        """Text a recipe's loop requires after an observation, before the expert's answer (Eval-RAR: an evaluation
-        that cites the document, Algorithm 1)."""
+    def expert_evaluation(self, holding: tuple[int, str] | None) -> str:
+        """Text a recipe's loop requires after an observation, before the expert's next action (Eval-RAR: an
+        evaluation after every search, Algorithm 1): `holding` is (1-based position, gold answer) of the document
+        the expert answers from, or None when it searches on (the documents do not answer yet)."""
         return ""
 
     def expert_before_answer(self, evidence: str) -> str:
@@ -248,24 +249,26 @@ class TaggedSearchRecipe(Recipe):
         earlier = docs_holding_answer(shown, episode.golden_answers)
         always = self.config.expert_searches in ("always", "verify") and episode.num_searches == 0
         named = self._named_before_check(episode)
+        after_search = last is not None  # an observation just came: a recipe may evaluate it first (Eval-RAR)
         if query is not None and (not earlier or always):
-            lead = self._think(query.reason)
+            lead = (self.expert_evaluation(None) if after_search else "") + self._think(query.reason)
             action = f"{self.search_tags[0]} {query.query} {self.search_tags[1]}"
         elif named:  # `verify` after its check search: the answer its first turn named, whatever the search brought
             position, gold = named[0]
-            lead = self._think(f"So the answer is {gold}.")
+            lead = self.expert_evaluation(named[0]) + self._think(f"So the answer is {gold}.")
             lead += self.expert_before_answer(sentence_holding(episode.initial_docs[position - 1].text, gold))
             action = f"{self.answer_tags[0]} {gold} {self.answer_tags[1]}"
         elif found:
             position, gold = found[0]
-            lead = "" if last is None else self.expert_evaluation(position, gold)
+            lead = self.expert_evaluation(found[0]) if after_search else ""
             lead += self._think(f"Doc {position} says the answer is {gold}.")
             lead += self.expert_before_answer(sentence_holding(latest[position - 1].text, gold))
             action = f"{self.answer_tags[0]} {gold} {self.answer_tags[1]}"
         elif earlier and last is not None:  # the search found nothing new: answer from the first documents
             position, gold = earlier[0]
-            lead = self._think(f"The search found nothing new. Doc {position} of the first documents says the "
-                               f"answer is {gold}.")
+            lead = self.expert_evaluation(earlier[0])
+            lead += self._think(f"The search found nothing new. Doc {position} of the first documents says the "
+                                f"answer is {gold}.")
             lead += self.expert_before_answer(sentence_holding(shown[position - 1].text, gold))
             action = f"{self.answer_tags[0]} {gold} {self.answer_tags[1]}"
         else:

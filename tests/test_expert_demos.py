@@ -380,3 +380,26 @@ def test_the_question_expert_is_the_one_before_issue_61_and_never_searches_under
     paper = get_recipe("search_r1", expert_searches="question")  # without initial_search it searches with the question
     trajs, search_calls = run_expert(gemma_tokenizer, paper, {Q: 1}, [ex("q1", Q, [GOLD])])
     assert search_calls == [Q, Q] and trajs[0].final["answer"] == GOLD
+
+
+def test_eval_rar_s_expert_evaluates_every_observation_before_its_next_action(gemma_tokenizer):
+    """Eval-RAR asks for an evaluation after each search (Algorithm 1): the expert's turn after a check search
+    (`verify`) cites the document it answers from, and a turn that searches on after an observation says the
+    question cannot be answered yet."""
+    from recipes.eval_rar import evaluation_text
+
+    recipe = get_recipe("eval_rar", {"initial_search": True, "max_turns": 2, "force_answer": True,
+                                     "expert_searches": "verify", "fresh_docs": True})
+    t = run_main_loop(gemma_tokenizer, recipe, bridge_searcher([], "x"),
+                      [ex("q1", "Who directed the film Quiet Harbor?", [BRIDGE])])[0]
+    assert [turn.action.__class__.__name__ for turn in t.episode.turns] == ["Search", "Answer"]
+    assert t.turns[1].text.startswith(f"<evaluate> The question can be answered: Doc 1 says {BRIDGE}. </evaluate>")
+    assert recipe.reward(t.episode).components["eval_contains_gold"] == 1.0
+
+    recipe = get_recipe("eval_rar", {"expert_searches": "always"})  # the paper's loop: no documents in the prompt
+    query = f"{BRIDGE} director born"  # the bridge entity the film's page names: it finds the answer
+    t = run_main_loop(gemma_tokenizer, recipe, bridge_searcher([], query), [ex("q1", BRIDGE_Q, ["Vellmar"])])[0]
+    assert [turn.query for turn in t.turns] == [" ".join(key_words(BRIDGE_Q)), query, None]
+    assert not t.turns[0].text.startswith("<evaluate>")  # nothing to evaluate before the first search
+    assert t.turns[1].text.startswith("<evaluate> The question cannot be answered yet")
+    assert t.final["answer"] == "Vellmar" and "Vellmar" in evaluation_text(t.episode.generated_text)
