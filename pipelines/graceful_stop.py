@@ -4,7 +4,9 @@ A step's learner state changes only in its update and weight-sync phases. A sign
 phase (rollout, log-probs and advantages, dev evaluation, between steps) aborts the step at once: the
 learners still hold the state after the last completed step, which is saved. A signal during the
 update, the weight sync or a checkpoint lets that phase finish (no half-applied update is ever saved),
-then the run stops. A second signal stops at once; the last checkpoint on disk is then the resume point.
+then the run stops. A second signal stops at once: actors still busy (a learner mid-update answers its
+shutdown only when the update ends) get `FORCED_SHUTDOWN_S` and are killed, and the last checkpoint on
+disk is then the resume point.
 Whatever happens, the process exits within `STOP_TIMEOUT_S` of the first signal (`cluster.exit_deadline`).
 """
 
@@ -26,6 +28,10 @@ ABORTABLE_PHASES = frozenset({"start", "rollout+score", "logprobs+advantages", "
 # Seconds from the first signal to exit: the update or sync in flight, a checkpoint, the actors' shutdown
 # (`cluster.exit_deadline`; SEARCHRL_STOP_TIMEOUT_S overrides). A CPU update takes 1-2 minutes here.
 STOP_TIMEOUT_S = 600.0
+
+# Seconds the actors get to shut down after a second signal ("stop now"): a learner in the middle of an
+# update answers its shutdown only when the update ends (minutes on a CPU), so it is killed instead.
+FORCED_SHUTDOWN_S = 5.0
 
 
 class StopRequested(Exception):
@@ -95,11 +101,12 @@ class GracefulStop:
     def __init__(self) -> None:
         self.phase = "start"
         self.signum: int | None = None
+        self.forced = False  # a second signal arrived: stop now, killing what is still busy
 
     def handle(self, signum: int, frame) -> None:
         """The signal handler. Raises StopRequested now, unless the learners are changing (first signal)."""
         first = self.signum is None
-        self.signum = signum
+        self.signum, self.forced = signum, not first
         if first:  # the stop itself is bounded, even when the cluster no longer answers
             from cluster.exit_deadline import arm, stop_timeout_s
 

@@ -29,7 +29,7 @@ import torch
 
 from configs.schema import Config
 from pipelines.checkpoints import STATE_FILE, last_checkpoint, save_rollouts
-from pipelines.graceful_stop import GracefulStop, StopRequested, TrainingStopped, stop_request
+from pipelines.graceful_stop import FORCED_SHUTDOWN_S, GracefulStop, StopRequested, TrainingStopped, stop_request
 from pipelines.run_dir import cfg_to_yaml, new_run_dir, resume_checkpoint  # noqa: F401 - public here too
 from pipelines.rollout_ahead import RolloutAhead, staleness_metrics
 from pipelines.run_loop import run_loop
@@ -405,10 +405,12 @@ class Trainer:
             self._pad = int(tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id or 0)
         return self._pad
 
-    def close(self) -> None:
+    def close(self, shutdown_timeout_s: float = 120.0) -> None:
         """Stop every actor of the run: learners, then the rest newest first (engines shut down before
         their actors go: vLLM and DeepSpeed leave /dev/shm files otherwise); then every node sweeps
-        what killed engines and ranks left in its /dev/shm (`cluster.node_cleanup`)."""
+        what killed engines and ranks left in its /dev/shm (`cluster.node_cleanup`). An actor whose
+        shutdown has not returned after `shutdown_timeout_s` seconds (busy: its shutdown waits behind
+        the call in flight) is killed."""
         from cluster.shm import STOP_SWEEP_MIN_AGE_S, sweep_stale_shm
 
         if self.ahead is not None:
@@ -418,10 +420,10 @@ class Trainer:
         for group in (self.policy, self.critic):
             if group is not None:
                 try:
-                    group.shutdown()
+                    group.shutdown(shutdown_timeout_s)
                 except Exception as e:  # noqa: BLE001 - keep shutting the rest down
                     log.warning("learner shutdown failed: %s: %s", type(e).__name__, e)
-        self.actors.stop()
+        self.actors.stop(timeout_s=shutdown_timeout_s)
         if self.snapshot is not None:
             self.snapshot.remove()
         import ray
@@ -484,7 +486,7 @@ def train(cfg: Config, resume: str | Path | None = None, progress: bool = True) 
                 raise TrainingStopped(e.signum, run_dir, start_step, last_checkpoint(run_dir)) from None
             run_loop(trainer, start_step, stop)
     finally:
-        trainer.close()
+        trainer.close(FORCED_SHUTDOWN_S if stop.forced else 120.0)
         if trainer.tracker is not None:
             trainer.tracker.finish()
         if started:

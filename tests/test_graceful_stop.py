@@ -88,6 +88,29 @@ def test_second_signal_during_update_stops_without_saving_a_half_update(tmp_path
     assert stopped.checkpoint == tmp_path / "checkpoints" / "step-1"
 
 
+def test_a_second_signal_kills_busy_actors_instead_of_waiting_for_their_shutdown():
+    """A learner in the middle of an update answers its shutdown call only when the update ends (minutes on a
+    CPU): after a second signal ("stop now") the trainer gives every actor `FORCED_SHUTDOWN_S`, then kills it."""
+    from pipelines.graceful_stop import FORCED_SHUTDOWN_S
+    from pipelines.train import Trainer
+
+    stop = GracefulStop()
+    stop.phase = "update"
+    stop.handle(signal.SIGTERM, None)
+    assert not stop.forced  # the first lets the update finish
+    with pytest.raises(StopRequested):
+        stop.handle(signal.SIGTERM, None)
+    assert stop.forced and FORCED_SHUTDOWN_S <= 10
+
+    waits = []
+    trainer = Trainer.__new__(Trainer)  # only what close() touches
+    trainer.ahead = trainer.stream = trainer.critic = trainer.snapshot = None
+    trainer.policy = SimpleNamespace(shutdown=lambda timeout_s: waits.append(("policy", timeout_s)))
+    trainer.actors = SimpleNamespace(stop=lambda timeout_s: waits.append(("actors", timeout_s)))
+    trainer.close(FORCED_SHUTDOWN_S)
+    assert waits == [("policy", FORCED_SHUTDOWN_S), ("actors", FORCED_SHUTDOWN_S)]
+
+
 def test_no_checkpoint_written_when_the_last_completed_step_is_saved(tmp_path):
     trainer = ScriptedTrainer(tmp_path, total=5, signal_at=(2, "rollout+score", 1), save_every=2)
     stopped = run(trainer)

@@ -217,12 +217,13 @@ class LearnerGroup:
         """Restore weights, optimizer, scheduler, RNG states and the update counter."""
         self._all("load_checkpoint", directory)
 
-    def shutdown(self) -> None:
+    def shutdown(self, timeout_s: float = 120.0) -> None:
         """Tear the engines and process group down (all ranks at once), end the actors, then free
-        the placement group."""
+        the placement group. A rank still busy (an update in flight) after `timeout_s` seconds is
+        killed (`ActorSet.stop`)."""
         from ray.util.placement_group import remove_placement_group
 
         try:
-            self._ranks.stop()
+            self._ranks.stop(timeout_s=timeout_s)
         finally:
             remove_placement_group(self.placement_group)
