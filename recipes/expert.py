@@ -53,6 +53,11 @@ SEARCH_NEXT = "I will search for it."
 taught the policy to close its think tag with the search tag after X (the turn then ended invalid at `</search>`:
 dev valid-action rate 0.58 after the warm start, issue 61)."""
 
+KEY_WORDS_FIRST = "I will search for the question's key words."
+KEY_WORDS_AGAIN = "No document gives the answer yet. I will search for the question's key words again."
+"""The reasons of the `key_words` expert's first and repeated search (issue 61): fixed sentences, so that a reason
+never ends on the query."""
+
 CHECK_NEXT = "Let me check it with one more search."
 """How the `verify` expert's first reason ends after it named the answer the shown documents give (issue 61)."""
 

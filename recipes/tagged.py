@@ -25,7 +25,7 @@ from recipes.base import (
     Search,
     prefilled,
 )
-from recipes.expert import CHECK_NEXT, ExpertQuery, after_prefix, docs_holding_answer, key_words_query, search_candidates
+from recipes.expert import CHECK_NEXT, KEY_WORDS_AGAIN, KEY_WORDS_FIRST, ExpertQuery, after_prefix, docs_holding_answer, key_words_query, search_candidates
 from recipes.metrics import span_check
 from recipes.search_metrics import shown_docs
 from recipes.tags import clean, find_blocks
@@ -81,13 +81,17 @@ class TaggedConfig(RecipeConfig):
         "episode records `answer_forced`; format rewards count it as a format error. Not in the papers.")
     forced_answer_tokens: int = Field(
         32, ge=1, description="Token budget of the forced answer turn (an answer is a short span).")
-    expert_searches: Literal["when_needed", "always", "verify", "question"] = Field(
+    expert_searches: Literal["when_needed", "always", "verify", "key_words", "question"] = Field(
         "when_needed", description="When and how the warm start's expert (`train.warm_start.source: expert`) searches: "
         "`when_needed`, when the documents shown hold no gold answer, with a query checked to bring one into view; "
         "`always`, also once before answering when they do (a query that brings a new gold-holding document when one "
         "exists, else its best candidate); `verify`, as `always`, but where the documents shown hold the answer its "
         "first turn names it ('Doc 2 says the answer is X.') before the check search, and after that search it "
-        "answers with what it named, so its reason to search on is written after reading; `question`, the expert "
+        "answers with what it named, so its reason to search on is written after reading; `key_words`, a rule a "
+        "policy can follow without knowing the answer: its first search is always the question's key words, and "
+        "while no document shown holds a gold answer it searches them again (with `fresh_docs`, the next "
+        "documents; without, it never repeats a search), then answers from the document that holds one; "
+        "`question`, the expert "
         "before issue 61: its one query is the question itself (under `initial_search` it repeats the top-k, so it "
         "never finds anything and never searches). "
         "Not in the papers.")
@@ -208,18 +212,25 @@ class TaggedSearchRecipe(Recipe):
         """`recipes.expert.search_candidates` when the documents shown hold no gold answer and a search is still
         allowed (`max_turns`); with `expert_searches: always`, also before the first search of the episode when
         they do: then one query, the question's key words, kept whatever it brings (`checked=False`: a check
-        search), and the same query first where nothing was shown yet (no `initial_search`); with `expert_searches: question`, the question itself at the first turn only."""
+        search), and the same query first where nothing was shown yet (no `initial_search`); with `expert_searches:
+        key_words`, the question's key words first and again while nothing shown holds the answer (`fresh_docs`);
+        with `expert_searches: question`, the question itself at the first turn only."""
         blocks = self._expert_blocks(episode)
         if blocks is None or episode.num_steps >= self.config.max_turns:
             return []
         latest, shown = blocks
         holding = docs_holding_answer(shown, episode.golden_answers)
         held = bool(holding)
-        always = self.config.expert_searches in ("always", "verify") and episode.num_searches == 0
+        always = self.config.expert_searches in ("always", "verify", "key_words") and episode.num_searches == 0
         if held and not always:
             return []
         if self.config.expert_searches == "question":
             return [] if held or episode.turns else [ExpertQuery(episode.question, "I need to search for the answer.")]
+        if self.config.expert_searches == "key_words":  # the same query every time: no choice that needs the answer
+            if episode.num_searches and (held or not self.config.fresh_docs):
+                return []
+            reason = KEY_WORDS_AGAIN if episode.num_searches else KEY_WORDS_FIRST
+            return [ExpertQuery(key_words_query(episode.question), reason, checked=False)]
         if always and not shown:  # the first search of a loop without initial_search: words a policy can copy
             words = key_words_query(episode.question)
             return [ExpertQuery(words, "I need to search for the answer.", checked=False)]
@@ -247,7 +258,7 @@ class TaggedSearchRecipe(Recipe):
         last = episode.turns[-1] if episode.turns else None
         found = docs_holding_answer(latest, episode.golden_answers)
         earlier = docs_holding_answer(shown, episode.golden_answers)
-        always = self.config.expert_searches in ("always", "verify") and episode.num_searches == 0
+        always = self.config.expert_searches in ("always", "verify", "key_words") and episode.num_searches == 0
         named = self._named_before_check(episode)
         after_search = last is not None  # an observation just came: a recipe may evaluate it first (Eval-RAR)
         if query is not None and (not earlier or always):

@@ -403,3 +403,46 @@ def test_eval_rar_s_expert_evaluates_every_observation_before_its_next_action(ge
     assert not t.turns[0].text.startswith("<evaluate>")  # nothing to evaluate before the first search
     assert t.turns[1].text.startswith("<evaluate> The question cannot be answered yet")
     assert t.final["answer"] == "Vellmar" and "Vellmar" in evaluation_text(t.episode.generated_text)
+
+
+def ranked_searcher(calls: list):
+    """Every query gets the same ranking: the film's page (names the director, not the answer), five unrelated
+    passages, then the director's page (the answer, "Vellmar": seventh), then more unrelated passages."""
+    docs = [("p-film", "Quiet Harbor", f"Quiet Harbor is a 1970 drama film directed by {BRIDGE}.")]
+    docs += [(f"p-x{i}", f"Other {i}", f"Passage {i} about something else.") for i in range(1, 6)]
+    docs += [("p-born", BRIDGE, f"{BRIDGE} (born 1931 in Vellmar) is a film director.")]
+    docs += [(f"p-y{i}", f"More {i}", f"Passage {i} about another thing.") for i in range(1, 20)]
+
+    async def search(query: str, k: int):
+        calls.append(query)
+        return [{"doc_id": d, "title": t, "text": x, "score": 1.0} for d, t, x in docs[:k]]
+
+    return search
+
+
+@pytest.mark.parametrize("fresh_docs", [True, False])
+def test_the_key_words_variant_searches_the_question_s_key_words_until_a_shown_document_holds_the_answer(
+        gemma_tokenizer, fresh_docs):
+    """`key_words` uses no choice that needs the answer: its first search is the question's key words even where
+    the top-3 holds the gold, and it searches them again while nothing shown holds it. With `fresh_docs` the second
+    search brings documents 7-9, which hold it; without, a repeat would show the same documents, so it never
+    repeats and the question gives no demonstration."""
+    words = " ".join(key_words(BRIDGE_Q))
+    calls: list = []
+    recipe = main_job_recipe(expert_searches="key_words", fresh_docs=fresh_docs)
+    t = run_main_loop(gemma_tokenizer, recipe, ranked_searcher(calls), [ex("q1", BRIDGE_Q, ["Vellmar"])])[0]
+    if not fresh_docs:
+        assert t.finish_reason == NO_DEMONSTRATION and [turn.query for turn in t.turns] == [words]
+        return
+    assert [turn.query for turn in t.turns] == [words, words, None] and t.final["answer"] == "Vellmar"
+    assert "I will search for the question's key words." in t.turns[0].text
+    assert "No document gives the answer yet. I will search for the question's key words again." in t.turns[1].text
+    assert t.turns[1].doc_ids == ["p-born", "p-y1", "p-y2"] and "Doc 1 says the answer is Vellmar." in t.turns[2].text
+    assert t.reward == 1.0 and t.final["search"]["own_searches"] == 2 and t.final["search"]["found_by_search"]
+
+    held = run_main_loop(gemma_tokenizer, recipe, ranked_searcher([]),
+                         [ex("q2", "Who directed the film Quiet Harbor?", [BRIDGE])])[0]  # the top-3 holds it
+    assert [turn.query for turn in held.turns] == ["directed film quiet harbor", None]
+    assert "I will search for the question's key words." in held.turns[0].text and "says the answer" not in (
+        held.turns[0].text)
+    assert held.final["answer"] == BRIDGE and "Doc 1 of the first documents says" in held.turns[1].text
