@@ -16,6 +16,11 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
+SHUTDOWN_TIMEOUT_S = 120.0
+"""Seconds `ActorSet.stop` waits for the actors' `shutdown` calls in all before it kills them (a vLLM engine or a
+DeepSpeed rank tears down in seconds when idle; a busy one answers only after its call in flight)."""
+
+
 class ActorSet:
     """Actors started together and stopped together. Import-light: Ray is imported on use."""
 
@@ -64,7 +69,7 @@ class ActorSet:
             raise TimeoutError(f"{what} not ready after {timeout_s:.0f} s: check that the cluster has the CPUs/GPUs "
                                "the config reserves (`python -m scripts.ops.cluster_check`) and the actors' logs") from e
 
-    def stop(self, handles: Sequence[Any] | None = None, timeout_s: float = 120.0) -> None:
+    def stop(self, handles: Sequence[Any] | None = None, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
         """Shut down, then kill `handles` (default: all). `shutdown()` is called on all of them at
         once (the ranks of one process group leave it together) and waited for at most `timeout_s`
         seconds in all; a failure is logged and the rest still stop. Handles whose class has no

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from actors.lifecycle import SHUTDOWN_TIMEOUT_S
 from configs.schema import Config
 from pipelines.checkpoints import STATE_FILE, last_checkpoint, save_rollouts
 from pipelines.graceful_stop import FORCED_SHUTDOWN_S, GracefulStop, StopRequested, TrainingStopped, stop_request
@@ -405,7 +406,7 @@ class Trainer:
             self._pad = int(tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id or 0)
         return self._pad
 
-    def close(self, shutdown_timeout_s: float = 120.0) -> None:
+    def close(self, shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
         """Stop every actor of the run: learners, then the rest newest first (engines shut down before
         their actors go: vLLM and DeepSpeed leave /dev/shm files otherwise); then every node sweeps
         what killed engines and ranks left in its /dev/shm (`cluster.node_cleanup`). An actor whose
@@ -486,7 +487,7 @@ def train(cfg: Config, resume: str | Path | None = None, progress: bool = True) 
                 raise TrainingStopped(e.signum, run_dir, start_step, last_checkpoint(run_dir)) from None
             run_loop(trainer, start_step, stop)
     finally:
-        trainer.close(FORCED_SHUTDOWN_S if stop.forced else 120.0)
+        trainer.close(FORCED_SHUTDOWN_S if stop.forced else SHUTDOWN_TIMEOUT_S)
         if trainer.tracker is not None:
             trainer.tracker.finish()
         if started:

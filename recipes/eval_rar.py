@@ -70,13 +70,15 @@ class EvalRAR(TaggedSearchRecipe):
         found = "The question can be answered: Doc 1 says Paris is the capital of France."
         return f"<evaluate> {missing if step == 0 else found} </evaluate>\n"
 
-    def expert_evaluation(self, holding: tuple[int, str] | None) -> str:
+    def expert_evaluation(self, holding: tuple[int, str] | None, first_documents: bool = False) -> str:
         """The expert's evaluation after each search (Algorithm 1): the question can be answered, citing the
-        document that holds the answer, or (`holding` None: it searches on) what is missing."""
+        document that holds the answer (`first_documents`: one of the documents shown first, whose numbers the
+        latest observation reused), or (`holding` None: it searches on) what is missing."""
         if holding is None:
             return "<evaluate> The question cannot be answered yet: the documents do not give the answer. </evaluate>\n"
         position, gold = holding
-        return f"<evaluate> The question can be answered: Doc {position} says {gold}. </evaluate>\n"
+        where = f"Doc {position} of the first documents" if first_documents else f"Doc {position}"
+        return f"<evaluate> The question can be answered: {where} says {gold}. </evaluate>\n"
 
     def reward(self, episode: Episode, scorer: Scorer | None = None) -> RewardBreakdown:
         """R_total = R_ans if R_ans > 0 else R_eval (Eq. 5), in {0, r_eval, 1}.

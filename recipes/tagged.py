@@ -25,7 +25,16 @@ from recipes.base import (
     Search,
     prefilled,
 )
-from recipes.expert import CHECK_NEXT, KEY_WORDS_AGAIN, KEY_WORDS_FIRST, ExpertQuery, after_prefix, docs_holding_answer, key_words_query, search_candidates
+from recipes.expert import (
+    CHECK_NEXT,
+    KEY_WORDS_AGAIN,
+    KEY_WORDS_FIRST,
+    ExpertQuery,
+    after_prefix,
+    docs_holding_answer,
+    key_words_query,
+    search_candidates,
+)
 from recipes.metrics import span_check
 from recipes.search_metrics import shown_docs
 from recipes.tags import clean, find_blocks
@@ -186,10 +195,11 @@ class TaggedSearchRecipe(Recipe):
         return Search(content) if content else Invalid("empty search")
 
     # -- expert demonstrations (train.warm_start.source: expert) -------------------------------
-    def expert_evaluation(self, holding: tuple[int, str] | None) -> str:
+    def expert_evaluation(self, holding: tuple[int, str] | None, first_documents: bool = False) -> str:
         """Text a recipe's loop requires after an observation, before the expert's next action (Eval-RAR: an
         evaluation after every search, Algorithm 1): `holding` is (1-based position, gold answer) of the document
-        the expert answers from, or None when it searches on (the documents do not answer yet)."""
+        the expert answers from, or None when it searches on (the documents do not answer yet);
+        `first_documents`: that position is among the documents shown first (the initial top-k), not the latest."""
         return ""
 
     def expert_before_answer(self, evidence: str) -> str:
@@ -221,13 +231,13 @@ class TaggedSearchRecipe(Recipe):
         latest, shown = blocks
         holding = docs_holding_answer(shown, episode.golden_answers)
         held = bool(holding)
-        always = self.config.expert_searches in ("always", "verify", "key_words") and episode.num_searches == 0
+        always = self._searches_first(episode)
         if held and not always:
             return []
         if self.config.expert_searches == "question":
             return [] if held or episode.turns else [ExpertQuery(episode.question, "I need to search for the answer.")]
         if self.config.expert_searches == "key_words":  # the same query every time: no choice that needs the answer
-            if episode.num_searches and (held or not self.config.fresh_docs):
+            if episode.num_searches and not self.config.fresh_docs:  # (held after a search: returned above)
                 return []
             reason = KEY_WORDS_AGAIN if episode.num_searches else KEY_WORDS_FIRST
             return [ExpertQuery(key_words_query(episode.question), reason, checked=False)]
@@ -258,7 +268,7 @@ class TaggedSearchRecipe(Recipe):
         last = episode.turns[-1] if episode.turns else None
         found = docs_holding_answer(latest, episode.golden_answers)
         earlier = docs_holding_answer(shown, episode.golden_answers)
-        always = self.config.expert_searches in ("always", "verify", "key_words") and episode.num_searches == 0
+        always = self._searches_first(episode)
         named = self._named_before_check(episode)
         after_search = last is not None  # an observation just came: a recipe may evaluate it first (Eval-RAR)
         if query is not None and (not earlier or always):
@@ -266,7 +276,7 @@ class TaggedSearchRecipe(Recipe):
             action = f"{self.search_tags[0]} {query.query} {self.search_tags[1]}"
         elif named:  # `verify` after its check search: the answer its first turn named, whatever the search brought
             position, gold = named[0]
-            lead = self.expert_evaluation(named[0]) + self._think(f"So the answer is {gold}.")
+            lead = self.expert_evaluation(named[0], first_documents=True) + self._think(f"So the answer is {gold}.")
             lead += self.expert_before_answer(sentence_holding(episode.initial_docs[position - 1].text, gold))
             action = f"{self.answer_tags[0]} {gold} {self.answer_tags[1]}"
         elif found:
@@ -277,7 +287,7 @@ class TaggedSearchRecipe(Recipe):
             action = f"{self.answer_tags[0]} {gold} {self.answer_tags[1]}"
         elif earlier and last is not None:  # the search found nothing new: answer from the first documents
             position, gold = earlier[0]
-            lead = self.expert_evaluation(earlier[0])
+            lead = self.expert_evaluation(earlier[0], first_documents=True)
             lead += self._think(f"The search found nothing new. Doc {position} of the first documents says the "
                                 f"answer is {gold}.")
             lead += self.expert_before_answer(sentence_holding(shown[position - 1].text, gold))
@@ -289,6 +299,11 @@ class TaggedSearchRecipe(Recipe):
         if text is None and last is None and prefill and action.startswith(prefill):
             text = action[len(prefill):]  # the prefill opens the action itself: no room for reasoning first
         return text
+
+    def _searches_first(self, episode: Episode) -> bool:
+        """The expert searches at this turn even where the documents shown hold a gold answer: `expert_searches`
+        `always`, `verify` or `key_words`, before the episode's first search."""
+        return self.config.expert_searches in ("always", "verify", "key_words") and episode.num_searches == 0
 
     def _named_before_check(self, episode: Episode) -> list[tuple[int, str]]:
         """With `expert_searches: verify`, right after the episode's one search, when the initial top-k held a gold

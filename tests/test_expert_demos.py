@@ -393,7 +393,8 @@ def test_eval_rar_s_expert_evaluates_every_observation_before_its_next_action(ge
     t = run_main_loop(gemma_tokenizer, recipe, bridge_searcher([], "x"),
                       [ex("q1", "Who directed the film Quiet Harbor?", [BRIDGE])])[0]
     assert [turn.action.__class__.__name__ for turn in t.episode.turns] == ["Search", "Answer"]
-    assert t.turns[1].text.startswith(f"<evaluate> The question can be answered: Doc 1 says {BRIDGE}. </evaluate>")
+    assert t.turns[1].text.startswith(  # Doc 1 of the prompt's top-3, not of the check search's documents
+        f"<evaluate> The question can be answered: Doc 1 of the first documents says {BRIDGE}. </evaluate>")
     assert recipe.reward(t.episode).components["eval_contains_gold"] == 1.0
 
     recipe = get_recipe("eval_rar", {"expert_searches": "always"})  # the paper's loop: no documents in the prompt

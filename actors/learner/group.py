@@ -23,7 +23,7 @@ from actors.engines.cpu_env import ONEDNN_CACHE_VAR
 from actors.learner.batch import TrainBatch
 from actors.learner.critic import CriticLearner
 from actors.learner.policy import PolicyLearner
-from actors.lifecycle import ActorSet
+from actors.lifecycle import SHUTDOWN_TIMEOUT_S, ActorSet
 from configs.schema import LearnerConfig
 
 
@@ -217,7 +217,7 @@ class LearnerGroup:
         """Restore weights, optimizer, scheduler, RNG states and the update counter."""
         self._all("load_checkpoint", directory)
 
-    def shutdown(self, timeout_s: float = 120.0) -> None:
+    def shutdown(self, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
         """Tear the engines and process group down (all ranks at once), end the actors, then free
         the placement group. A rank still busy (an update in flight) after `timeout_s` seconds is
         killed (`ActorSet.stop`)."""
