@@ -43,7 +43,15 @@ from recipes.base import (
     prefilled,
     require_scorer,
 )
-from recipes.expert import ExpertQuery, after_prefix, docs_holding_answer, key_words_query, search_candidates
+from recipes.expert import (
+    KEY_WORDS_AGAIN,
+    KEY_WORDS_FIRST,
+    ExpertQuery,
+    after_prefix,
+    docs_holding_answer,
+    key_words_query,
+    search_candidates,
+)
 from recipes.metrics import cover_exact_match, exact_match, f1_score, gen_acc, normalize_answer
 from recipes.search_metrics import shown_docs
 from recipes.tags import Block, clean, find_blocks
@@ -103,12 +111,15 @@ class S3Config(RecipeConfig):
         "is the whole top-k, i.e. naive RAG, so its gain is exactly 0: a safe harbour a weak policy's GRPO update "
         "drifts to, after which every reward is 0 and nothing is left to learn (measured with "
         "configs/learn_cpu.yaml: valid selections 0.77 -> 0.02 on dev in 8 steps). None = the paper. Not in the paper.")
-    expert_searches: Literal["when_needed", "always"] = Field(
+    expert_searches: Literal["when_needed", "always", "key_words"] = Field(
         "when_needed", description="The expert warm start's searches (issue 62), with search turns (`max_turns` >= "
         "1): when_needed searches only when the latest block holds no gold answer, with a query checked to bring "
         "one into view; always also searches once when the initial top-k holds one (it selects those documents, "
         "then searches with the question's key words, unchecked, and selects what of the results holds the "
-        "answer), so that every demonstration shows a search. Not in the paper.")
+        "answer), so that every demonstration shows a search; key_words chooses no query by the answer (issue 61's "
+        "lesson: a policy cannot copy a choice that needed the gold): it selects the answer-holding documents of "
+        "each block, searches with the question's key words first whatever the top-k holds, and again while no "
+        "document shown holds a gold answer (with `fresh_docs`: the ranking's next documents). Not in the paper.")
 
 
 def parse_ids(content: str) -> tuple[int, ...]:
@@ -277,10 +288,17 @@ class S3(Recipe):
         """`recipes.expert.search_candidates` (issue 61's searching expert, for s3's search turns, issue 62) when
         the latest block holds no gold answer and a search turn is left (`max_turns`); with `expert_searches:
         always`, when the initial top-k holds one, the question's key words (`checked=False`: a check search a
-        policy can copy); [] otherwise and in select-only."""
+        policy can copy); with `expert_searches: key_words`, the question's key words first and again (with
+        `fresh_docs`) while no document shown holds a gold answer; [] otherwise and in select-only."""
         block = self._expert_block(episode)
         if self.select_only or block is None or episode.num_steps >= self.config.max_turns:
             return []
+        if self.config.expert_searches == "key_words":  # the same query every time: no choice that needs the answer
+            found = docs_holding_answer(shown_docs(episode), episode.golden_answers)
+            if episode.num_searches and (found or not self.config.fresh_docs):
+                return []  # found, or a repeat would show the same documents
+            reason = KEY_WORDS_AGAIN if episode.num_searches else KEY_WORDS_FIRST
+            return [ExpertQuery(key_words_query(episode.question), reason, checked=False)]
         if docs_holding_answer(block, episode.golden_answers):
             if self._checks_once(episode):
                 words = key_words_query(episode.question)
@@ -292,8 +310,9 @@ class S3(Recipe):
         return search_candidates(episode.question, block, shown_docs(episode), titles)
 
     def _checks_once(self, episode: Episode) -> bool:
-        """`expert_searches: always` and no search yet: the expert searches even though the block holds the answer."""
-        return self.config.expert_searches == "always" and episode.num_searches == 0
+        """`expert_searches: always` or `key_words` and no search yet: the expert searches even though the block
+        holds the answer."""
+        return self.config.expert_searches in ("always", "key_words") and episode.num_searches == 0
 
     def expert_turn(self, episode: Episode, query: Any = None) -> str | None:
         """The expert searcher: select the documents of the latest information block that hold a gold answer

@@ -211,10 +211,10 @@ def main_job_recipe(**overrides):
     return get_recipe(cfg.train.recipe, {**cfg.train.recipe_options, "expert_searches": "when_needed", **overrides})
 
 
-def run_main_loop(tokenizer, recipe, search, examples):
+def run_main_loop(tokenizer, recipe, search, examples, compute_reward=True):
     engine = ScriptedEngine(tokenizer, lambda context: "never asked")
     loop = AgentLoop(engine, recipe, search, Sampling(temperature=0.0), RolloutLimits(128, 256, 1536), chat=False,
-                     compute_reward=True, expert=True)
+                     compute_reward=compute_reward, expert=True)
     return asyncio.run(loop.run_batch(examples, 1))
 
 
@@ -447,3 +447,32 @@ def test_the_key_words_variant_searches_the_question_s_key_words_until_a_shown_d
     assert "I will search for the question's key words." in held.turns[0].text and "says the answer" not in (
         held.turns[0].text)
     assert held.final["answer"] == BRIDGE and "Doc 1 of the first documents says" in held.turns[1].text
+
+
+@pytest.mark.parametrize("fresh_docs", [True, False])
+def test_s3_key_words_searches_the_question_s_key_words_and_selects_what_holds_the_answer(gemma_tokenizer, fresh_docs):
+    """s3 with `expert_searches: key_words` (issue 62, issue 61's lesson): no query is chosen by the answer. Its first
+    turn selects nothing of a top-3 without the gold and searches the question's key words; with `fresh_docs` it
+    searches them again (documents 4-6, then 7-9) until a block holds the gold, and selects only that document;
+    without, a repeat would show the same documents, so it never repeats and the question gives no demonstration.
+    Where the top-3 holds the gold, it selects it and still searches once."""
+    assert not get_recipe("s3", expert_searches="key_words").config.fresh_docs  # the paper's retrieval by default
+    words = " ".join(key_words(BRIDGE_Q))
+    recipe = get_recipe("s3", max_turns=3, expert_searches="key_words", fresh_docs=fresh_docs)
+    t = run_main_loop(gemma_tokenizer, recipe, ranked_searcher([]), [ex("q1", BRIDGE_Q, ["Vellmar"])], False)[0]
+    search_turn = '<important_info>[]</important_info><query>' + json.dumps({"query": words}) + "</query>"
+    if not fresh_docs:
+        assert t.finish_reason == NO_DEMONSTRATION and [turn.text for turn in t.turns] == [search_turn]
+        return
+    assert [turn.text for turn in t.turns] == [
+        search_turn, search_turn, "<important_info>[1]</important_info><search_complete>True</search_complete>"]
+    assert [turn.doc_ids for turn in t.turns[:2]] == [["p-x3", "p-x4", "p-x5"], ["p-born", "p-y1", "p-y2"]]
+    assert t.final["selected_doc_ids"] == ["p-born"]
+
+    held = run_main_loop(gemma_tokenizer, recipe, ranked_searcher([]),
+                         [ex("q2", "Who directed the film Quiet Harbor?", [BRIDGE])], False)[0]  # the top-3 holds it
+    held_words = json.dumps({"query": "directed film quiet harbor"})
+    assert [turn.text for turn in held.turns] == [
+        f"<important_info>[1]</important_info><query>{held_words}</query>",
+        "<important_info>[]</important_info><search_complete>True</search_complete>"]  # new documents, no gold
+    assert held.final["selected_doc_ids"] == ["p-film"]  # the first selection stands
