@@ -210,7 +210,7 @@ class Episode:
     final: FinalOutput | None = None
     reward: RewardBreakdown | None = None
     answer_forced: bool = False  # the loop wrote the answer tag after `forced_reason` (a recipe's `force_answer`)
-    forced_reason: str = ""      # what would have ended the episode: "invalid" or "max_turns"
+    forced_reason: str = ""      # what would have ended the episode: "invalid", "max_turns" or "max_total_tokens"
 
     @property
     def response_text(self) -> str:
@@ -400,6 +400,12 @@ class Recipe(ABC):
     def forced_answer_prefix(self) -> str | None:
         """Text the loop appends (loss mask 0) to open one last answer turn instead of ending an
         episode on an invalid action or the turn limit; None = this recipe never forces an answer."""
+        return None
+
+    def reserved_answer(self) -> tuple[str, int] | None:
+        """(the forced answer's opener, its token budget) when the agent loop should keep room for them before
+        `max_total_tokens`, so that an episode near the limit answers instead of ending without one; None = no
+        room kept (the papers' way: the episode ends at the limit)."""
         return None
 
     def parse_forced_answer(self, turn_text: str) -> Action:

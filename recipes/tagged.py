@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from recipes.base import (
     Action,
@@ -90,6 +90,12 @@ class TaggedConfig(RecipeConfig):
         "episode records `answer_forced`; format rewards count it as a format error. Not in the papers.")
     forced_answer_tokens: int = Field(
         32, ge=1, description="Token budget of the forced answer turn (an answer is a short span).")
+    answer_room: bool = Field(
+        False, description="With `force_answer`: the agent loop keeps the answer tag's and `forced_answer_tokens` "
+        "tokens free before `rollout.max_total_tokens`; a turn is cut short of them, and a search whose documents "
+        "(or feedback) would eat into them is skipped and the answer opened instead, so no episode runs out of "
+        "tokens before answering (22% of the key_words warm start's dev episodes did; issue 61). False: the "
+        "episode ends at the limit without an answer. Not in the papers.")
     expert_searches: Literal["when_needed", "always", "verify", "key_words", "question"] = Field(
         "when_needed", description="When and how the warm start's expert (`train.warm_start.source: expert`) searches: "
         "`when_needed`, when the documents shown hold no gold answer, with a query checked to bring one into view; "
@@ -104,6 +110,13 @@ class TaggedConfig(RecipeConfig):
         "before issue 61: its one query is the question itself (under `initial_search` it repeats the top-k, so it "
         "never finds anything and never searches). "
         "Not in the papers.")
+
+    @model_validator(mode="after")
+    def _answer_room_needs_force_answer(self) -> "TaggedConfig":
+        if self.answer_room and not self.force_answer:
+            raise ValueError("answer_room keeps room for a forced answer: set force_answer: true as well, or "
+                             "answer_room: false")
+        return self
 
 
 class TaggedSearchRecipe(Recipe):
@@ -165,6 +178,11 @@ class TaggedSearchRecipe(Recipe):
     def with_prefill(self, prompt: Prompt) -> Prompt:
         """`prompt` with `prefill` appended to the forced response prefix (and to the completion text)."""
         return prefilled(prompt, self.config.prefill)
+
+    def reserved_answer(self) -> tuple[str, int] | None:
+        """The forced answer's opener and `forced_answer_tokens` when `force_answer` and `answer_room`, else None."""
+        prefix = self.forced_answer_prefix()
+        return (prefix, self.config.forced_answer_tokens) if prefix is not None and self.config.answer_room else None
 
     def forced_answer_prefix(self) -> str | None:
         """`"\\n<answer>"` (this recipe's answer tag) when `force_answer` is on, else None."""

@@ -86,3 +86,68 @@ def test_initial_search_puts_the_top_k_after_the_question():
         assert recipe.observation_tags[0] in text.split(Q1, 1)[1]
         chat = recipe.start(Q1, ["Mira Tolven"], docs, chat=True)
         assert "A novel by Mira Tolven." in chat.prompt.messages[-1]["content"]
+
+
+ROOM_TURNS = {Q1: ["<think>I need the author.</think>\n<search> Zorblax Rising author </search>",
+                   "<think>More.</think>\n<search> Zorblax Rising novel </search>",
+                   " Mira Tolven </answer>"]}
+
+
+def test_answer_room_opens_the_answer_where_a_search_s_documents_would_reach_the_token_limit(gemma_tokenizer):
+    """`answer_room` (issue 61): the second search's documents would leave fewer tokens than the answer opener and
+    `forced_answer_tokens`, so the search is skipped and the answer opened; without it the same limit ends the
+    episode with no answer. The trajectory never exceeds `max_total_tokens`."""
+    options = {**FORCED, "forced_answer_tokens": 16}
+    wide = RolloutLimits(max_new_tokens_per_turn=64, max_total_tokens=4000)
+    (full,), _ = run_loop(gemma_tokenizer, get_recipe("search_r1", **options), ROOM_TURNS, [ex("1", Q1, ["M"])],
+                          limits=wide)
+    assert [r.action for r in full.turns][:2] == ["Search", "Search"] and full.turns[1].doc_ids  # both shown
+    first, second = full.turns[0], full.turns[1]
+    limit = (len(full.prompt_ids) + first.generated_tokens + first.observation_tokens + second.generated_tokens
+             + second.observation_tokens - 1)  # the second search's documents no longer fit
+    limits = RolloutLimits(max_new_tokens_per_turn=64, max_total_tokens=limit)
+
+    (ended,), _ = run_loop(gemma_tokenizer, get_recipe("search_r1", **options), ROOM_TURNS, [ex("1", Q1, ["M"])],
+                           limits=limits)
+    assert ended.finish_reason == "max_total_tokens" and ended.final["answer"] is None
+
+    (roomy,), engine = run_loop(gemma_tokenizer, get_recipe("search_r1", answer_room=True, **options), ROOM_TURNS,
+                                [ex("1", Q1, ["Mira Tolven"])], limits=limits)
+    assert [r.action for r in roomy.turns] == ["Search", "Search", "Answer"] and roomy.turns[1].doc_ids == []
+    assert roomy.finish_reason == "answer" and roomy.final["answer"] == "Mira Tolven"
+    assert roomy.episode.forced_reason == "max_total_tokens" and roomy.final["search"]["own_searches"] == 1
+    assert roomy.num_tokens <= limit and engine.requests[-1][1].max_tokens == 16
+    check_alignment(gemma_tokenizer, roomy)
+
+
+def test_answer_room_cuts_a_turn_short_of_the_answer_s_tokens(gemma_tokenizer):
+    """A turn's token budget stops `answer_room` short of the limit; the cut turn (no closing tag) is invalid, and
+    its feedback would eat into the room, so the answer is opened in its place."""
+    import asyncio
+
+    from actors.engines.base import Sampling
+    from actors.rollout.agent_loop import AgentLoop
+    from tests.scripted_engine import ScriptedEngine
+
+    def run(limits):
+        engine = ScriptedEngine(gemma_tokenizer, lambda context: " Mira Tolven </answer>" if context.endswith(
+            "<answer>") else " ".join(["word"] * 80))
+        recipe = get_recipe("search_r1", {**FORCED, "forced_answer_tokens": 16, "answer_room": True})
+        loop = AgentLoop(engine, recipe, lambda q, k: None, Sampling(), limits, chat=False, compute_reward=False)
+        return asyncio.run(loop.run_batch([ex("1", Q1, ["Mira Tolven"])], 1))[0], engine
+
+    prompt = len(run(RolloutLimits(500, 1400, 10_000))[0].prompt_ids)
+    opener = len(gemma_tokenizer.encode("\n<answer>", add_special_tokens=False))
+    limit = prompt + 40 + opener + 16
+    traj, engine = run(RolloutLimits(500, 1400, limit))
+    assert engine.requests[0][1].max_tokens == 40  # the budget less the answer's room
+    assert [r.action for r in traj.turns] == ["Invalid", "Answer"] and traj.final["answer"] == "Mira Tolven"
+    assert traj.episode.forced_reason == "max_total_tokens" and traj.num_tokens <= limit
+
+
+def test_answer_room_without_force_answer_fails_naming_both_fields():
+    import pytest
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="force_answer"):
+        get_recipe("search_r1", answer_room=True)

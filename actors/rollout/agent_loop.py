@@ -132,6 +132,9 @@ class _EpisodeRun:
             return
         stops = tuple(lp.recipe.stop_strings)
         max_tokens = min(lp.limits.max_new_tokens_per_turn, budget)
+        room = self.answer_room()
+        if room and budget - room >= 1:  # a turn cut here ends invalid or searching: `act` then opens the answer
+            max_tokens = min(max_tokens, budget - room)
         if ep.answer_forced:  # the loop opened the answer: a short span, not another turn of reasoning
             max_tokens = min(max_tokens, getattr(lp.recipe.config, "forced_answer_tokens", max_tokens))
         sampling = replace(
@@ -200,11 +203,18 @@ class _EpisodeRun:
         if turn.needs_retrieval:
             assert isinstance(turn.action, Search)
             t = time.perf_counter()
-            hits = await self.search(turn.action.query)
+            hits = lp.fit_observation(await self.search(turn.action.query))
             record.search_s = time.perf_counter() - t
             self.search_s += record.search_s
-            record.query, record.doc_ids = turn.action.query, [d.doc_id for d in hits]
-            lp.recipe.observe(ep, lp.fit_observation(hits))
+            record.query = turn.action.query
+            if self.leaves_no_room(lp.recipe.observation_text(hits)):
+                lp.recipe.end_or_force(ep, "max_total_tokens")  # the search is skipped; its documents never shown
+            else:
+                record.doc_ids = [d.doc_id for d in hits]
+                lp.recipe.observe(ep, hits)
+        elif turn.observation and self.leaves_no_room(turn.observation):  # the feedback after an invalid turn
+            turn.observation = ""
+            lp.recipe.end_or_force(ep, "max_total_tokens")
         if turn.observation:
             ids = lp.encode(turn.observation, special=False)
             if len(ids) > lp.limits.max_observation_tokens:  # last resort after fit_observation
@@ -219,6 +229,25 @@ class _EpisodeRun:
             record.observation_tokens = len(ids)
         if not ep.done and traj.num_tokens >= lp.limits.max_total_tokens:
             lp.recipe.finish(ep, "max_total_tokens")
+
+    def answer_room(self) -> int:
+        """Tokens the episode keeps free before `max_total_tokens` for a forced answer (`Recipe.reserved_answer`:
+        the opener's tokens plus the answer's budget); 0 when the recipe keeps none, once the answer is forced,
+        and for the expert (its demonstrations answer in their own turns)."""
+        reserved = self.loop.recipe.reserved_answer()
+        if reserved is None or self.loop.expert or self.episode.answer_forced:
+            return 0
+        opener, answer_tokens = reserved
+        return len(self.loop.encode(opener, special=False)) + answer_tokens
+
+    def leaves_no_room(self, observation: str) -> bool:
+        """Whether appending `observation` would leave less than `answer_room` + 1 tokens (the answer's room and
+        at least one token of a next turn) before `max_total_tokens`."""
+        room = self.answer_room()
+        if not room:
+            return False
+        used = self.traj.num_tokens + len(self.loop.encode(observation, special=False))
+        return used + room >= self.loop.limits.max_total_tokens
 
     async def finish(self) -> Trajectory:
         """The finished trajectory: finish reason, final answer / selected doc ids / evidence / the search's
