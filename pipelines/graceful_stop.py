@@ -18,6 +18,8 @@ import signal
 import threading
 from collections.abc import Iterator
 
+from actors.lifecycle import SHUTDOWN_TIMEOUT_S
+
 log = logging.getLogger(__name__)
 
 # Phases (Trainer.on_phase names) during which the learners are not being changed.
@@ -102,6 +104,12 @@ class GracefulStop:
         self.phase = "start"
         self.signum: int | None = None
         self.forced = False  # a second signal arrived: stop now, killing what is still busy
+
+    @property
+    def shutdown_timeout_s(self) -> float:
+        """Seconds each actor gets to shut down: `FORCED_SHUTDOWN_S` after a second signal, else the default
+        `actors.lifecycle.SHUTDOWN_TIMEOUT_S`."""
+        return FORCED_SHUTDOWN_S if self.forced else SHUTDOWN_TIMEOUT_S
 
     def handle(self, signum: int, frame) -> None:
         """The signal handler. Raises StopRequested now, unless the learners are changing (first signal)."""

@@ -27,10 +27,9 @@ from typing import Any
 
 import torch
 
-from actors.lifecycle import SHUTDOWN_TIMEOUT_S
 from configs.schema import Config
 from pipelines.checkpoints import STATE_FILE, last_checkpoint, save_rollouts
-from pipelines.graceful_stop import FORCED_SHUTDOWN_S, GracefulStop, StopRequested, TrainingStopped, stop_request
+from pipelines.graceful_stop import SHUTDOWN_TIMEOUT_S, GracefulStop, StopRequested, TrainingStopped, stop_request
 from pipelines.run_dir import cfg_to_yaml, new_run_dir, resume_checkpoint  # noqa: F401 - public here too
 from pipelines.rollout_ahead import RolloutAhead, staleness_metrics
 from pipelines.run_loop import run_loop
@@ -487,7 +486,7 @@ def train(cfg: Config, resume: str | Path | None = None, progress: bool = True) 
                 raise TrainingStopped(e.signum, run_dir, start_step, last_checkpoint(run_dir)) from None
             run_loop(trainer, start_step, stop)
     finally:
-        trainer.close(FORCED_SHUTDOWN_S if stop.forced else SHUTDOWN_TIMEOUT_S)
+        trainer.close(stop.shutdown_timeout_s)
         if trainer.tracker is not None:
             trainer.tracker.finish()
         if started:

@@ -103,6 +103,13 @@ def key_words_query(question: str) -> str:
     return " ".join(key_words(question)) or question
 
 
+def key_words_search(episode: Episode) -> ExpertQuery:
+    """The `key_words` experts' next search (Search-R1 family and s3, issue 61): the question's key words, unchecked,
+    with `KEY_WORDS_FIRST` as its reason before the episode's first search and `KEY_WORDS_AGAIN` after."""
+    reason = KEY_WORDS_AGAIN if episode.num_searches else KEY_WORDS_FIRST
+    return ExpertQuery(key_words_query(episode.question), reason, checked=False)
+
+
 def position_mentioning(docs: Sequence[Doc], phrase: str) -> int | None:
     """1-based position of the first document whose text holds `phrase` as a token span, else None."""
     from recipes.metrics import span_check

@@ -44,12 +44,11 @@ from recipes.base import (
     require_scorer,
 )
 from recipes.expert import (
-    KEY_WORDS_AGAIN,
-    KEY_WORDS_FIRST,
     ExpertQuery,
     after_prefix,
     docs_holding_answer,
     key_words_query,
+    key_words_search,
     search_candidates,
 )
 from recipes.metrics import cover_exact_match, exact_match, f1_score, gen_acc, normalize_answer
@@ -297,8 +296,7 @@ class S3(Recipe):
             found = docs_holding_answer(shown_docs(episode), episode.golden_answers)
             if episode.num_searches and (found or not self.config.fresh_docs):
                 return []  # found, or a repeat would show the same documents
-            reason = KEY_WORDS_AGAIN if episode.num_searches else KEY_WORDS_FIRST
-            return [ExpertQuery(key_words_query(episode.question), reason, checked=False)]
+            return [key_words_search(episode)]
         if docs_holding_answer(block, episode.golden_answers):
             if self._checks_once(episode):
                 words = key_words_query(episode.question)

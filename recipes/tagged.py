@@ -27,12 +27,11 @@ from recipes.base import (
 )
 from recipes.expert import (
     CHECK_NEXT,
-    KEY_WORDS_AGAIN,
-    KEY_WORDS_FIRST,
     ExpertQuery,
     after_prefix,
     docs_holding_answer,
     key_words_query,
+    key_words_search,
     search_candidates,
 )
 from recipes.metrics import span_check
@@ -257,8 +256,7 @@ class TaggedSearchRecipe(Recipe):
         if self.config.expert_searches == "key_words":  # the same query every time: no choice that needs the answer
             if episode.num_searches and not self.config.fresh_docs:  # (held after a search: returned above)
                 return []
-            reason = KEY_WORDS_AGAIN if episode.num_searches else KEY_WORDS_FIRST
-            return [ExpertQuery(key_words_query(episode.question), reason, checked=False)]
+            return [key_words_search(episode)]
         if always and not shown:  # the first search of a loop without initial_search: words a policy can copy
             words = key_words_query(episode.question)
             return [ExpertQuery(words, "I need to search for the answer.", checked=False)]

@@ -84,6 +84,7 @@ class _EpisodeRun:
         self.generate_s = 0.0
         self.search_s = 0.0
         self.wasted_tokens = 0  # generated after a stop string (the baseline without engine stops only)
+        self.room_tokens: int | None = None  # `answer_room`, once known
 
     def turn_seed(self, turn: int) -> int | None:
         """A reproducible seed per (question, sample, turn): distinct questions never share a random
@@ -237,8 +238,10 @@ class _EpisodeRun:
         reserved = self.loop.recipe.reserved_answer()
         if reserved is None or self.loop.expert or self.episode.answer_forced:
             return 0
-        opener, answer_tokens = reserved
-        return len(self.loop.encode(opener, special=False)) + answer_tokens
+        if self.room_tokens is None:  # tokenized once per episode: it is read every turn
+            opener, answer_tokens = reserved
+            self.room_tokens = len(self.loop.encode(opener, special=False)) + answer_tokens
+        return self.room_tokens
 
     def leaves_no_room(self, observation: str) -> bool:
         """Whether appending `observation` would leave less than `answer_room` + 1 tokens (the answer's room and
