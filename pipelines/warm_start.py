@@ -89,12 +89,14 @@ def warm_start(trainer: Any) -> dict[str, float]:
 
     Returns:
         `warm_start/*` metrics: episodes, kept (episodes), kept_questions (questions with a kept episode),
-        reward_mean (all episodes), kept_reward_mean, and the update's policy_loss (the NLL), token_prob_mean,
+        turn_over_limit (expert episodes dropped for a turn longer than the limits allow), reward_mean (all
+        episodes), kept_reward_mean, and the update's policy_loss (the NLL), token_prob_mean,
         lr, optimizer_steps and update_s (absent when nothing was kept). Sets `trainer.warm_questions` to
         kept_questions once the update ran (the questions it trained on count in `train/question_visits`).
     Raises:
         As `Trainer.rollout` and `LearnerGroup.update`.
     """
+    from actors.rollout.agent_loop import EXPERT_TURN_OVER_LIMIT
     from pipelines.step_schedule import stage_at
 
     cfg = trainer.cfg
@@ -109,7 +111,13 @@ def warm_start(trainer: Any) -> dict[str, float]:
         trajs = trainer.rollout(examples, options, ws.samples, cfg.rollout.temperature, seed=cfg.seed * 1_000_003 - 1)
         kept = kept_episodes(trajs, ws.min_reward)
     rewards = [float(t["reward"] or 0.0) for t in trajs]
+    over = sum(t.get("finish_reason") == EXPERT_TURN_OVER_LIMIT for t in trajs) if expert else 0
+    if over:  # silent, this looked like questions the expert could not answer
+        log.warning("warm start: %d of %d expert demonstrations were dropped: a turn was longer than "
+                    "rollout.max_new_tokens_per_turn (%d) or what rollout.max_total_tokens (%d) left; raise them",
+                    over, len(trajs), cfg.rollout.max_new_tokens_per_turn, cfg.rollout.max_total_tokens)
     out = {"warm_start/episodes": float(len(trajs)), "warm_start/kept": float(len(kept)),
+           **({"warm_start/turn_over_limit": float(over)} if expert else {}),
            "warm_start/kept_questions": float(kept_questions(kept)),
            "warm_start/reward_mean": sum(rewards) / max(len(rewards), 1),
            "warm_start/kept_reward_mean": sum(float(t["reward"] or 0.0) for t in kept) / max(len(kept), 1)}

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from actors.engines.base import Sampling
-from actors.rollout.agent_loop import NO_DEMONSTRATION, AgentLoop, RolloutLimits
+from actors.rollout.agent_loop import EXPERT_TURN_OVER_LIMIT, NO_DEMONSTRATION, AgentLoop, RolloutLimits
 from pipelines.warm_start import demonstrations
 from recipes import RECIPES, get_recipe
 from recipes.base import Search
@@ -94,6 +94,25 @@ def test_s3_select_only_selects_the_documents_that_hold_the_gold(gemma_tokenizer
     assert good.turns[0].text == "2]</important_info>" and good.finish_reason == "complete"
     assert good.final["selected_doc_ids"] == ["d2"]
     assert none.finish_reason == NO_DEMONSTRATION
+
+
+def test_an_expert_turn_longer_than_the_turn_limit_is_no_demonstration_and_the_probe_names_the_limit(gemma_tokenizer):
+    """s3's selection "2]</important_info>" does not fit 3 new tokens a turn: the episode ends with
+    `EXPERT_TURN_OVER_LIMIT` (not scored, not kept), apart from the question retrieval never answers, and the
+    expert-ceiling probe says which limit to raise instead of reporting a silent 0 demonstrated."""
+    from scripts.probes.expert_ceiling import undemonstrated_lines
+
+    recipe = get_recipe("s3", max_turns=0, prefill="<important_info>[")
+    loop = AgentLoop(ScriptedEngine(gemma_tokenizer, lambda context: "never asked"), recipe,
+                     searcher_holding({Q: 2}, []), Sampling(temperature=0.0), RolloutLimits(max_new_tokens_per_turn=3),
+                     chat=False, compute_reward=True, expert=True)
+    over, none = asyncio.run(loop.run_batch([ex("q1", Q, [GOLD]), ex("q2", "Who else?", ["Z"])], 1))
+    assert (over.finish_reason, none.finish_reason) == (EXPERT_TURN_OVER_LIMIT, NO_DEMONSTRATION)
+    assert over.reward is None and demonstrations([over.to_json()]) == []
+    lines = undemonstrated_lines([over, none], 3, 1536)
+    assert lines[0] == f"not demonstrated: 1 {EXPERT_TURN_OVER_LIMIT}, 1 {NO_DEMONSTRATION}"
+    assert "rollout.max_new_tokens_per_turn (3)" in lines[1]
+    assert undemonstrated_lines([], 3, 1536) == []
 
 
 def test_s3_searches_with_a_checked_query_when_the_initial_documents_hold_no_gold(gemma_tokenizer):

@@ -118,3 +118,22 @@ def test_the_visits_count_the_questions_the_warm_start_kept_and_survive_resume(t
     nothing = warm_trainer(tmp_path / "none", cfg, [(0.0, 0.0)] * 4)
     assert warm_start(nothing)["warm_start/kept_questions"] == 0.0
     assert nothing.warm_questions == 0.0 and not nothing.policy.updated  # nothing trained, nothing visited
+
+
+def test_expert_demonstrations_dropped_for_a_turn_over_the_limit_are_counted_and_named(tmp_path, caplog):
+    """An expert turn longer than `rollout.max_new_tokens_per_turn` demonstrates nothing; the warm start counts
+    those episodes (`warm_start/turn_over_limit`) and names the limit, instead of leaving them to look like
+    questions the expert could not answer."""
+    from actors.rollout.agent_loop import EXPERT_TURN_OVER_LIMIT, NO_DEMONSTRATION
+
+    cfg = load_config("configs/s3_learn_cpu.yaml", ["train.warm_start={source: expert, questions: 3}"])
+    trainer = warm_trainer(tmp_path, cfg, [(1.0,), (0.0,), (0.0,)])
+    reasons = {"0": "complete", "1": EXPERT_TURN_OVER_LIMIT, "2": NO_DEMONSTRATION}
+    trainer.rollout = lambda examples, options, n, temperature, seed, expert=False: [
+        {**episode(1.0 if ex["id"] == "0" else None, group=f"q{ex['id']}"), "finish_reason": reasons[ex["id"]]}
+        for ex in examples]
+    with caplog.at_level("WARNING", logger="pipelines.warm_start"):
+        out = warm_start(trainer)
+    assert (out["warm_start/kept"], out["warm_start/turn_over_limit"]) == (1.0, 1.0)
+    assert "1 of 3 expert demonstrations were dropped" in caplog.text
+    assert f"rollout.max_new_tokens_per_turn ({cfg.rollout.max_new_tokens_per_turn})" in caplog.text

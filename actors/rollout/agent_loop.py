@@ -67,6 +67,10 @@ def ep_candidates(recipe: Recipe, episode: Episode) -> list[Any]:
 
 NO_DEMONSTRATION = "no_demonstration"
 """Stop reason of an expert episode (`AgentLoop(expert=True)`) whose recipe expert had no turn to write."""
+EXPERT_TURN_OVER_LIMIT = "expert_turn_over_limit"
+"""Stop reason of an expert episode whose next turn is longer than the turn may be (`rollout.max_new_tokens_per_turn`,
+or what `rollout.max_total_tokens` leaves): a policy could not have written it, so it demonstrates nothing."""
+UNDEMONSTRATED = (NO_DEMONSTRATION, EXPERT_TURN_OVER_LIMIT)
 
 
 class _EpisodeRun:
@@ -151,7 +155,7 @@ class _EpisodeRun:
             text = lp.recipe.expert_turn(ep, await self.expert_query())
             ids = [] if text is None else lp.encode(text, special=False)
             if text is None or not ids or len(ids) > max_tokens:  # a policy could not have written it here
-                lp.recipe.finish(ep, NO_DEMONSTRATION)
+                lp.recipe.finish(ep, EXPERT_TURN_OVER_LIMIT if ids and len(ids) > max_tokens else NO_DEMONSTRATION)
                 return
             logprobs, finish_reason = [0.0] * len(ids), "stop"
         else:
@@ -268,7 +272,7 @@ class _EpisodeRun:
             "search": search_record(ep, lp.recipe.generator_context(ep)).to_json(),
         }
         score_s = 0.0
-        if lp.compute_reward and ep.stop_reason != NO_DEMONSTRATION:  # a question left without one is not scored
+        if lp.compute_reward and ep.stop_reason not in UNDEMONSTRATED:  # a question left without one is not scored
             t = time.perf_counter()
             reward = await asyncio.to_thread(lp.recipe.reward, ep, lp.scorer)
             score_s = time.perf_counter() - t
@@ -299,7 +303,8 @@ class AgentLoop:
         expert: the recipe's rule-based expert (`Recipe.expert_turn`, which knows the gold answers) writes every
             turn instead of the engine (only its tokenizer is used): demonstrations in the recipe's own prompt,
             tags and tokenization, policy tokens loss-masked in, log-probs 0. An episode the expert cannot
-            demonstrate ends with stop reason `NO_DEMONSTRATION`.
+            demonstrate ends with stop reason `NO_DEMONSTRATION`, or `EXPERT_TURN_OVER_LIMIT` when its turn
+            does not fit the token limits; neither is scored.
     """
 
     def __init__(

@@ -88,6 +88,25 @@ def summarize(trajs: list[Any]) -> dict[str, dict[str, float]]:
     return out
 
 
+def undemonstrated_lines(trajs: list[Any], max_new_tokens_per_turn: int, max_total_tokens: int) -> list[str]:
+    """Why the expert demonstrated nothing for some questions: one line giving the count of each stop reason
+    other than an answer or completion, and, when turns did not fit (`EXPERT_TURN_OVER_LIMIT`), one naming the
+    limits to raise; [] when every question was demonstrated."""
+    from collections import Counter
+
+    from actors.rollout.agent_loop import EXPERT_TURN_OVER_LIMIT
+
+    reasons = Counter(t.finish_reason for t in trajs if t.finish_reason not in ("answer", "complete"))
+    if not reasons:
+        return []
+    lines = ["not demonstrated: " + ", ".join(f"{n} {r}" for r, n in reasons.most_common())]
+    if reasons[EXPERT_TURN_OVER_LIMIT]:
+        lines.append(f"{reasons[EXPERT_TURN_OVER_LIMIT]} expert turns did not fit the limits: raise "
+                     f"rollout.max_new_tokens_per_turn ({max_new_tokens_per_turn}) or rollout.max_total_tokens "
+                     f"({max_total_tokens})")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point (see the module docstring)."""
     parser = argparse.ArgumentParser(prog="python -m scripts.probes.expert_ceiling", description=__doc__.splitlines()[0])
@@ -127,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     print("| --- |" + " ---: |" * len(keys))
     for name, row in table.items():
         print(f"| {name} | " + " | ".join(f"{row[k]:.0f}" if k == "n" else f"{row[k]:.3f}" for k in keys) + " |")
+    for line in undemonstrated_lines(trajs, ro.max_new_tokens_per_turn, ro.max_total_tokens):
+        print(line)
     for t in [t for t in trajs if t.final["search"]["own_searches"] and t.finish_reason == "answer"][: args.show]:
         print(f"\n--- {t.group_id}: {t.question} (gold {t.golden_answers})")
         for turn in t.turns:
