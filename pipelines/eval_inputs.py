@@ -16,7 +16,7 @@ class EvaluationError(ValueError):
 
 
 
-METHODS = ("direct", "naive_rag", "policy", "no_search", "untrained", "warm_start", "rstool")
+METHODS = ("direct", "naive_rag", "policy", "no_search", "untrained", "warm_start", "expert", "rstool")
 """Known method names; see the module docstring."""
 
 DEFAULT_METHODS = ("direct", "naive_rag", "policy")
@@ -25,7 +25,7 @@ BASELINES = ("direct", "naive_rag")
 """Methods that are fixed baselines: the frozen generator (`frozen.model`) answers with the recipe of the
 same name, whatever the training recipe is and whether that recipe is trainable (`naive_rag` is, for
 `scripts.bench.peer`). Only `policy`, `no_search`, `untrained` and `warm_start` run the training recipe on the
-policy model."""
+policy model; `expert` runs the training recipe's rule-based expert in the policy's place."""
 
 SEARCH_META = ("context_ids", "supporting_titles")
 """A QA row's fields that evaluation keeps for the search measures (`recipes.search_metrics`: gold-paragraph

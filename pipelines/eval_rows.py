@@ -221,10 +221,10 @@ CI_METRICS = ("em", "f1", "cover_em")
 """Metrics that get bootstrap intervals and paired differences (the rule metrics; GenAcc rests on a judge)."""
 
 PAIRS = (("policy", "untrained"), ("policy", "warm_start"), ("policy", "naive_rag"), ("policy", "no_search"),
-         ("warm_start", "untrained"))
+         ("warm_start", "untrained"), ("expert", "naive_rag"))
 """Paired comparisons `a − b` written when both methods were evaluated: what training changed, the trained
 searcher against retrieval without a searcher, and against itself with its own searches switched off (what
-searching added)."""
+searching added); the expert's ceiling against retrieval without a searcher."""
 
 _CI_HEADS = {"em": "EM", "f1": "F1", "cover_em": "cover-EM"}
 

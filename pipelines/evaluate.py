@@ -14,6 +14,12 @@ Methods (`methods=`, in this order in the tables):
 - `untrained`: the same recipe on `learner.model` (the "before training" row);
 - `warm_start`: the same recipe on the run's warm-started policy (`train.warm_start`; the "warm start only"
   row: `<run>/checkpoints/warm-start/policy/hf` of the `checkpoint` run);
+- `expert`: the training recipe's rule-based expert (`Recipe.expert_turn`, the warm start's demonstrations) writes
+  every turn in the policy's place (`AgentLoop(expert=True)`; the policy model's tokenizer counts its tokens, its
+  engine never generates): the most a policy that imitates it exactly reaches. It reads the gold answers (when to
+  search, which documents to select, and for some `expert_searches` which query), so it is a ceiling, not a
+  baseline. An episode it cannot demonstrate ends without an answer (scored 0); for s3 the frozen generator
+  answers from its selection, so its row is the expert's Gain Beyond RAG with this generator;
 - `rstool`: R-Search-as-a-Tool (Fig. 2): the frozen generator answers from the `policy` episodes'
   evidence (recipes with an `evidence_prompt`; needs `policy` in the methods).
 
@@ -110,6 +116,7 @@ class _Plan:
     resources: dict
     limits: dict
     chat: bool | None
+    expert: bool = False  # the recipe's expert writes the turns (`expert`)
 
 
 def plan_methods(cfg: Any, methods: Sequence[str], checkpoint: str | None) -> list[_Plan]:
@@ -150,20 +157,21 @@ def plan_methods(cfg: Any, methods: Sequence[str], checkpoint: str | None) -> li
             if m == "warm_start" and checkpoint is None:
                 raise EvaluationError("--methods warm_start: pass --checkpoint a run directory trained with "
                                       "train.warm_start (its warm-started policy is the row)")
-            model = ({"policy": policy_model, "no_search": policy_model, "untrained": cfg.learner.model}.get(m)
+            model = ({"policy": policy_model, "no_search": policy_model, "expert": policy_model,
+                      "untrained": cfg.learner.model}.get(m)
                      or resolve_warm_start(checkpoint))
             # no_search: the policy with its searches off; a recipe that has no turn to search in (max_turns 0) is
             # left as it is, so the run is shared with policy's (`_same_run`)
             searches_off = m == "no_search" and recipe_class(cfg.train.recipe).config_cls(**recipe_options).max_turns > 0
             options = {**recipe_options, "searches": False} if searches_off else recipe_options
             plans.append(_Plan(m, cfg.train.recipe, options, engine_spec(cfg, "policy", model), pol_res,
-                               pol_limits, ro.chat))
+                               pol_limits, ro.chat, expert=m == "expert"))
     return plans
 
 
 def _same_run(a: _Plan, b: _Plan) -> bool:
     def key(p: _Plan) -> tuple:
-        return p.recipe, p.recipe_config, p.spec, p.limits, p.chat
+        return p.recipe, p.recipe_config, p.spec, p.limits, p.chat, p.expert
 
     return key(a) == key(b)
 
@@ -224,7 +232,7 @@ def _run_chunks(ray: Any, worker: Any, plan: _Plan, examples: list[dict], sampli
     from tqdm import tqdm
 
     chunks = {worker.run_final.remote(examples[i : i + _CHUNK], plan.recipe, recipe_config=plan.recipe_config,
-                                      sampling=sampling, limits=plan.limits, chat=plan.chat): i
+                                      sampling=sampling, limits=plan.limits, chat=plan.chat, expert=plan.expert): i
               for i in range(0, len(examples), _CHUNK)}
     done: dict[int, list[dict]] = {}
     with tqdm(total=len(examples), unit="q", desc=f"evaluate {plan.method}", disable=not progress,

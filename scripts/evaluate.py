@@ -6,7 +6,9 @@
 The policy runs recipe `train.recipe` on the checkpoint's `policy/hf/` model (or on `learner.model`
 without `--checkpoint`); `direct` and `naive_rag` answer with the frozen generator (`frozen.model`);
 `untrained` runs the recipe on `learner.model`; `warm_start` on the warm-started policy of the
-`--checkpoint` run (`train.warm_start`: the "warm start only" row); `rstool` is R-Search's tool mode.
+`--checkpoint` run (`train.warm_start`: the "warm start only" row); `no_search` is the policy with its own
+searches off; `expert` is the recipe's rule-based expert in the policy's place (it reads the gold answers: a
+ceiling, not a baseline); `rstool` is R-Search's tool mode.
 For s3 the frozen generator answers from the searcher's selected context. GenAcc's judge is
 `frozen.judge_model` (default `frozen.model`).
 `--qa` is a file path or a data pack file name (e.g. test.jsonl.gz). Writes `results.json`,
@@ -43,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--methods", default="direct,naive_rag,policy",
                         help="comma-separated, of: " + ", ".join(METHODS) + " (default: %(default)s); "
                              "results.md gives paired 95%% intervals of policy - untrained, - warm_start, "
-                             "- naive_rag and warm_start - untrained, for those evaluated")
+                             "- naive_rag, - no_search, warm_start - untrained and expert - naive_rag, for those "
+                             "evaluated")
     args, cfg = parse_config(parser, argv)
     announce_machine(cfg)
     from pipelines.evaluate import EvaluationError, evaluate, format_markdown, timing_line

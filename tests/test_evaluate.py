@@ -149,7 +149,8 @@ def test_bad_checkpoint_fails_before_any_actor(tmp_path, monkeypatch, capsys):
 
 @pytest.mark.slow
 def test_evaluate_end_to_end_through_the_actors(ray_local, small_index, data_dir, gemma_dir, tmp_path, capsys):
-    """`scripts.evaluate` on the first 3 dev questions: direct + naive_rag + policy (s3, max_turns 2).
+    """`scripts.evaluate` on the first 3 dev questions: direct + naive_rag + policy + no_search + expert (s3,
+    max_turns 2).
 
     Engines: the "hf" (transformers) backend everywhere, for start-up in seconds on 2 cores. The
     policy is a tiny random Gemma 3 written in the learner's checkpoint layout (`<ckpt>/policy/hf`);
@@ -174,16 +175,17 @@ def test_evaluate_end_to_end_through_the_actors(ray_local, small_index, data_dir
         "train": {"recipe": "s3", "recipe_options": {"max_turns": 2}},
     }))
     code = main(["--config", str(config), "--checkpoint", str(ckpt), "--qa", str(data_dir / "dev.jsonl.gz"),
-                 "--out", str(out), "--limit", "3", "--methods", "direct,naive_rag,policy,no_search"])
+                 "--out", str(out), "--limit", "3", "--methods", "direct,naive_rag,policy,no_search,expert"])
     assert code == 0
     assert ray_local.is_initialized()  # a running cluster is joined and left running
 
     rows = json.loads((out / "results.json").read_text())
-    methods = ["direct", "naive_rag", "policy", "no_search"]
+    methods = ["direct", "naive_rag", "policy", "no_search", "expert"]
     assert [r["method"] for r in rows if r["dataset"] == ALL] == methods
     pooled = (ALL, MULTI_HOP)
-    for r in rows:  # pooled rows: bootstrap intervals; policy's also its paired differences (naive_rag, no_search)
-        extra = set() if r["dataset"] not in pooled else {"ci", "paired"} if r["method"] == "policy" else {"ci"}
+    for r in rows:  # pooled rows: bootstrap intervals; policy's and expert's also paired differences (naive_rag, ...)
+        paired = r["method"] in ("policy", "expert")
+        extra = set() if r["dataset"] not in pooled else {"ci", "paired"} if paired else {"ci"}
         if r["method"] != "direct":  # every method that retrieves: the search itself (issue 61)
             extra |= {"own_searches_per_question", "retrieval_recall", "context_recall"}  # s3 and RAG: a generator reads
         assert ROW_KEYS | extra <= set(r) <= ROW_KEYS | extra | {"gold_paragraph_recall"}
@@ -206,9 +208,16 @@ def test_evaluate_end_to_end_through_the_actors(ray_local, small_index, data_dir
     assert by["naive_rag"]["context_recall"] == by["naive_rag"]["retrieval_recall"]  # RAG's generator reads all it shows
     assert by["policy"]["context_recall"] <= by["policy"]["retrieval_recall"]  # s3's generator reads what it selected
     assert by["policy"]["paired"]["no_search"]["n"] == 3
+    # the s3 expert selects every shown document that holds a gold answer: its generator reads at least what
+    # naive RAG's reads wherever the top-3 holds one; the tiny random policy's selections do not
+    assert by["expert"]["context_recall"] >= by["naive_rag"]["context_recall"]
+    assert by["expert"]["paired"]["naive_rag"]["n"] == 3
 
     preds = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
-    assert len(preds) == 12
+    assert len(preds) == 15
+    expert = [p for p in preds if p["method"] == "expert"]
+    assert all(t["text"].rstrip().endswith(("</important_info>", "</query>", "</search_complete>"))
+               for p in expert for t in p["turns"])  # the expert's s3 turns: each writes a selection
     assert all(len(p["search"]["shown_doc_ids"]) >= 3 for p in preds if p["method"] != "direct")
     s3_preds = [p for p in preds if p["method"] == "policy"]
     assert all(p["recipe"] == "s3" and isinstance(p["answer"], str) for p in s3_preds)  # the generator's answers
@@ -274,14 +283,15 @@ def test_every_method_plans_its_own_system():
     """Issue 39: a baseline is the frozen generator answering with the baseline's own recipe, whatever
     recipe trains (naive_rag is trainable, and was once planned as the training recipe on the policy
     model, so "naive RAG" measured the untrained searcher). Only `policy` and `untrained` run the
-    training recipe; without a checkpoint those two are the same system and may share a plan."""
+    training recipe (and `expert`, the recipe's expert in the policy's place); without a checkpoint policy and
+    untrained are the same system and may share a plan."""
     from pathlib import Path
 
     from actors.engines.spec import engine_spec
     from configs.loader import load_config
     from pipelines.evaluate import _same_run, plan_methods
 
-    methods = ["direct", "naive_rag", "policy", "untrained"]
+    methods = ["direct", "naive_rag", "policy", "untrained", "expert"]
     for path in sorted(Path("configs").glob("*.yaml")):
         raw = yaml.safe_load(path.read_text()) or {}
         if "train" not in raw and "base" not in raw:
@@ -298,6 +308,9 @@ def test_every_method_plans_its_own_system():
                 if a < b and {a, b} != {"policy", "untrained"}:
                     assert not _same_run(plans[a], plans[b]), (path, a, b)
         assert _same_run(plans["policy"], plans["untrained"]), path
+        # the expert writes in the policy's place: the policy's engine (its tokenizer), its own run
+        assert plans["expert"].spec == plans["policy"].spec and plans["expert"].recipe == cfg.train.recipe, path
+        assert plans["expert"].expert and not any(p.expert for m, p in plans.items() if m != "expert"), path
 
 
 def test_seconds_per_question_of_each_method():

@@ -22,6 +22,7 @@ class EvalWorker(RolloutWorker):
         sampling: Mapping[str, Any] | None = None,
         limits: Mapping[str, Any] | None = None,
         chat: bool | None = None,
+        expert: bool = False,
     ) -> list[dict[str, Any]]:
         """One episode per example, no reward. Returns per example `{id, dataset, question,
         golden_answers, answer, context, evidence, searches, finish_reason, answer_forced, turns}`:
@@ -31,8 +32,11 @@ class EvalWorker(RolloutWorker):
         (`Recipe.generator_answers`, else None); `evidence` the episode's evidence (R-Search's
         `<original_evidence>`, else None); `searches` counts retrieval calls, the initial top-k included;
         `search` is the episode's `recipes.search_metrics.SearchRecord` as a dict (own searches, the shown doc
-        ids, whether they hold a gold answer, gold-paragraph recall), None for a recipe that never retrieves."""
-        loop = await self.agent_loop(recipe, recipe_config, sampling, limits, chat, compute_reward=False)
+        ids, whether they hold a gold answer, gold-paragraph recall), None for a recipe that never retrieves.
+        `expert`: the recipe's rule-based expert writes the turns (`AgentLoop(expert=True)`; the engine never
+        generates): an episode it cannot demonstrate has `answer` None and `finish_reason` saying why."""
+        loop = await self.agent_loop(recipe, recipe_config, sampling, limits, chat, compute_reward=False,
+                                     expert=expert)
         rec = loop.recipe
         trajs = await loop.run_batch(list(examples), 1)
         out = []
