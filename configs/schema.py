@@ -102,7 +102,8 @@ class LearnerConfig(StrictModel):
     liger: bool = Field(
         False, description="GPU only: Liger Kernel's fused RMSNorm, rotary embedding and SwiGLU/GeGLU Triton kernels "
         "in the policy and the reference model (actors.learner.liger; pip install liger-kernel on the GPU machines). "
-        "Every log-prob pass keeps the chunked LM head: Liger's fused losses return no per-token entropy.")
+        "Every log-prob pass keeps the chunked LM head: Liger's fused losses return no per-token entropy. Measured on "
+        "one H200: the Qwen2.5-1.5B update from 32% to 44-46% MFU (docs/performance.md); not with compile_layers.")
     freeze_embeddings: bool = Field(
         False, description="Keep the input embeddings (and an LM head tied to them) out of the update: no gradient "
         "or optimizer state for them (Gemma 3 270M: 168M of its 268M parameters, about 2 GB in fp32 with AdamW).")
@@ -193,11 +194,18 @@ class LearnerConfig(StrictModel):
 
     @model_validator(mode="after")
     def _liger_needs_gpu(self) -> LearnerConfig:
-        """Liger's kernels are Triton GPU kernels: refused on a CPU learner before any actor starts."""
+        """Liger's kernels are Triton GPU kernels: refused on a CPU learner, and beside `compile_layers`, before any
+        actor starts."""
         if self.liger and self.gpus_per_rank <= 0:
             raise ValueError("learner.liger needs GPUs (Liger Kernel's RMSNorm, RoPE and SwiGLU are Triton GPU "
                              f"kernels), but learner.gpus_per_rank is {self.gpus_per_rank:g}; set learner.liger: "
                              "false on CPU, or learner.gpus_per_rank > 0")
+        if self.liger and self.compile_layers:
+            # Measured on an H200 (docs/performance.md, "Fused kernels"): Inductor cannot trace Liger's RMSNorm
+            # Triton kernel and falls back to eager around it; together they ran at 0.82x of Liger alone.
+            raise ValueError("learner.liger and learner.compile_layers each fuse the decoder's elementwise kernels, "
+                             "and together they are slower than either (torch.compile cannot trace Liger's Triton "
+                             "kernels); set one of them to false")
         return self
 
     @model_validator(mode="after")

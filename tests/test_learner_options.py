@@ -131,6 +131,9 @@ def test_liger_is_refused_on_a_cpu_learner_before_any_actor_starts():
     with pytest.raises(ValueError, match="learner.liger"):
         Config(learner={"liger": True, "gpus_per_rank": 0})
     assert LearnerConfig(liger=True, gpus_per_rank=1).liger and not LearnerConfig().liger
+    with pytest.raises(ValueError, match="learner.liger and learner.compile_layers.*set one of them to false"):
+        LearnerConfig(liger=True, compile_layers=True, gpus_per_rank=1)
+    assert LearnerConfig(compile_layers=True, gpus_per_rank=1).compile_layers
 
 
 def test_apply_liger_names_the_package_or_the_model_and_keeps_the_chunked_head(tiny_gemma_dir, monkeypatch):

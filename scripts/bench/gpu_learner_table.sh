@@ -43,7 +43,6 @@ $BENCH --out "$OUT/qwen2.5-1.5b.json" --profile "$OUT/profiles" learner.model=co
   --setting "learner.zero_stage=0,learner.gradient_checkpointing=false,learner.micro_batch_size=16,learner.compile_layers=true" \
   --setting "learner.zero_stage=0,learner.gradient_checkpointing=false,learner.micro_batch_size=8,learner.liger=true" \
   --setting "learner.zero_stage=0,learner.gradient_checkpointing=false,learner.micro_batch_size=16,learner.liger=true" \
-  --setting "learner.zero_stage=0,learner.gradient_checkpointing=false,learner.micro_batch_size=8,learner.liger=true,learner.compile_layers=true" \
   2>&1 | tee "$OUT/qwen2.5-1.5b.log"
 $BENCH --out "$OUT/qwen2.5-1.5b-78gib.json" --memory-gib 78 learner.model=configs/architectures/qwen2.5-1.5b $BASE \
   --setting "learner.gradient_checkpointing=auto,learner.micro_batch_tokens=16384" 2>&1 | tee "$OUT/qwen2.5-1.5b-78gib.log"
