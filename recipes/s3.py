@@ -119,6 +119,13 @@ class S3Config(RecipeConfig):
         "lesson: a policy cannot copy a choice that needed the gold): it selects the answer-holding documents of "
         "each block, searches with the question's key words first whatever the top-k holds, and again while no "
         "document shown holds a gold answer (with `fresh_docs`: the ranking's next documents). Not in the paper.")
+    expert_unsure_block: Literal["select_none", "leave_first"] = Field(
+        "select_none", description="What the expert writes for a block without a gold answer (issue 62). "
+        "select_none: `<important_info>[]</important_info>`, so the generator reads none of it. leave_first: the "
+        "initial top-k gets no selection, so it is read whole (App. A.5): naive RAG's context is the default a "
+        "policy learns when it cannot tell whether the block holds the answer, not an empty context (the "
+        "select_none warm start wrote [] in every block: context recall 0); a search's block without one still "
+        "gets []. Not in the paper.")
 
 
 def parse_ids(content: str) -> tuple[int, ...]:
@@ -319,12 +326,15 @@ class S3(Recipe):
         answer into view), then select from its results. With `expert_searches: always` it also searches (with
         the check query) after selecting the initial block's answer-holding documents, and a search that brings
         none completes with an empty selection (the earlier selection stands). No gold answer in view and no
-        query: None."""
+        query: None. With `expert_unsure_block: leave_first` an initial top-k without a gold answer gets no
+        selection (it is read whole)."""
         docs = self._expert_block(episode)
         if docs is None:
             return None
         ids = [i for i, _ in docs_holding_answer(docs, episode.golden_answers)][: self.config.max_selected]
         selection = f"<important_info>[{', '.join(map(str, ids))}]</important_info>"  # [] selects none of it
+        if not ids and self._leaves_whole(episode):
+            selection = ""  # no <important_info>: the block is read whole (App. A.5)
         searching = query is not None and not self.select_only and episode.num_steps < self.config.max_turns
         if searching and (not ids or self._checks_once(episode)):
             # a block without a selection would give all of it (App. A.5): even none is written out
@@ -334,6 +344,10 @@ class S3(Recipe):
         else:
             return None
         return after_prefix(episode, text)
+
+    def _leaves_whole(self, episode: Episode) -> bool:
+        """`expert_unsure_block: leave_first` and the block is the initial top-k (no turn yet)."""
+        return self.config.expert_unsure_block == "leave_first" and not episode.turns
 
     def context_docs(self, episode: Episode) -> list[Doc]:
         """D_s3 = ∪_t D_t^sel by the extraction rules of Appendix A.5.

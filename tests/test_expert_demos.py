@@ -495,3 +495,23 @@ def test_s3_key_words_searches_the_question_s_key_words_and_selects_what_holds_t
         f"<important_info>[1]</important_info><query>{held_words}</query>",
         "<important_info>[]</important_info><search_complete>True</search_complete>"]  # new documents, no gold
     assert held.final["selected_doc_ids"] == ["p-film"]  # the first selection stands
+
+
+def test_s3_leave_first_reads_an_initial_top_k_without_the_answer_whole_and_still_selects_none_of_a_search(
+        gemma_tokenizer):
+    """`expert_unsure_block: leave_first` (issue 62): the select_none warm start learned `[]` for every block. Here
+    the initial top-k without the gold gets no `<important_info>`, so the generator reads it whole (naive RAG's
+    context, App. A.5); a search's block without it still gets `[]`, one with it its document."""
+    words = json.dumps({"query": " ".join(key_words(BRIDGE_Q))})
+    recipe = get_recipe("s3", max_turns=3, expert_searches="key_words", fresh_docs=True,
+                        expert_unsure_block="leave_first")
+    t = run_main_loop(gemma_tokenizer, recipe, ranked_searcher([]), [ex("q1", BRIDGE_Q, ["Vellmar"])], False)[0]
+    assert [turn.text for turn in t.turns] == [
+        f"<query>{words}</query>", f"<important_info>[]</important_info><query>{words}</query>",
+        "<important_info>[1]</important_info><search_complete>True</search_complete>"]
+    first = [d.doc_id for d in t.episode.initial_docs]
+    assert len(first) == 3 and t.final["selected_doc_ids"] == [*first, "p-born"]
+    held = run_main_loop(gemma_tokenizer, recipe, ranked_searcher([]),
+                         [ex("q2", "Who directed the film Quiet Harbor?", [BRIDGE])], False)[0]  # the top-3 holds it
+    assert held.turns[0].text.startswith("<important_info>[1]</important_info><query>")
+    assert held.final["selected_doc_ids"] == ["p-film"]
