@@ -2,7 +2,8 @@
 # Issue 52's measurement in one call of at most 10 minutes: Liger Kernel's RMSNorm/RoPE/SwiGLU
 # (`learner.liger`) and compiled decoder layers (`learner.compile_layers`) on the Qwen2.5-1.5B shape, each
 # setting under the CUDA allocator capped at 78 GiB (an 80 GB card's usable memory), then the 3B shape fully
-# fine-tuned within 78 GiB with each. About 9 minutes on an H200. On a bare GPU machine (CUDA torch,
+# fine-tuned within 78 GiB with each. Its settings ran on an H200 in three calls of 389, 162 and 110 s
+# (docs/performance.md); the script has not run in one piece. On a bare GPU machine (CUDA torch,
 # transformers; no Ray, vLLM or .venv):
 #
 #   WHEELS=<dir> OUT=<dir> bash scripts/bench/gpu_kernels_table.sh
