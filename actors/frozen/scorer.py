@@ -30,6 +30,16 @@ TAIL_TOKENS = 160  # kept from the end of an over-long prompt: the question and 
 LEADING_BLANK_LINES = 2
 
 
+def answer_prompt_ids(tokenizer: Any, prompt: str, chat: bool) -> list[int]:
+    """Token ids of `prompt` as a frozen model reads it, before any cut: a chat model's user turn with the
+    generation prompt; a base model's text with the "Answer:" cue after it (BOS added as the tokenizer does).
+    Also what a reader fine-tuned to serve as the frozen generator trains on (`pipelines.reader_sft`)."""
+    if chat:
+        return list(tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=True,
+                                                  add_generation_prompt=True, return_dict=False))
+    return list(tokenizer.encode(prompt + "\nAnswer:", add_special_tokens=True))
+
+
 class FrozenLLM:
     """A frozen model answering prompts greedily.
 
@@ -62,12 +72,7 @@ class FrozenLLM:
         """Token ids of the prompt as this model reads it, cut in the middle to fit the engine's
         context (`max_model_len` − answer tokens): the instructions at the start and the question
         with the answer cue at the end stay; the documents in between lose their tail."""
-        tok = self.engine.tokenizer
-        if self.chat:
-            ids = list(tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=True,
-                                               add_generation_prompt=True, return_dict=False))
-        else:
-            ids = list(tok.encode(prompt + "\nAnswer:", add_special_tokens=True))
+        ids = answer_prompt_ids(self.engine.tokenizer, prompt, self.chat)
         limit = (getattr(self.engine, "max_model_len", None) or 0) - self.sampling.max_tokens
         if 0 < limit < len(ids):
             tail = min(TAIL_TOKENS, limit // 2)
