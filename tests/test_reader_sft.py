@@ -98,3 +98,36 @@ def test_train_reader_lowers_the_nll_of_the_answer_and_saves_a_model_the_generat
     assert summary["rows"] == 8 and summary["optimizer_steps"] == 4  # 2 rows x 4 epochs, mini-batches of 2
     assert summary["model_dir"] == str(tmp_path / "reader" / "policy" / "hf")
     assert summary["nll_last"] < summary["nll_first"] and after < before - 0.5
+
+
+def test_train_reader_refuses_a_depth_below_the_top_k_before_loading_anything(capsys):
+    from scripts.train_reader import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--depth", "2", "retrieval.topk=3"])
+    assert e.value.code == 2 and "--depth >= retrieval.topk (3)" in capsys.readouterr().err
+
+
+def _run_script(argv):
+    from scripts.train_reader import main
+
+    main(argv)
+
+
+@pytest.mark.slow
+def test_train_reader_script_retrieves_trains_and_writes_a_reader(tiny_gemma_dir, data_dir, tmp_path, capfd):
+    """The script end to end: a BM25 index built where the config names it, rows from the questions' top-k, the
+    tiny model trained, the override printed and its files written."""
+    import json
+
+    out = tmp_path / "reader"
+    argv = ["--questions", "6", "--depth", "5", "--epochs", "1", "--model", tiny_gemma_dir, "--out", str(out),
+            f"data.dir={data_dir}", f"index.dir={tmp_path / 'bm25'}", "learner.dtype=fp32",
+            "learner.mini_batch_size=2", "learner.micro_batch_size=2"]
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        pool.apply(_run_script, (argv,))
+    summary = json.loads((out / "reader.json").read_text())
+    assert summary["questions"] == 6 and summary["rows"] >= 1 and summary["questions_with_context"] >= 1
+    assert len(json.loads((out / "reader_questions.json").read_text())) == 6
+    assert (out / "policy" / "hf" / "config.json").is_file()
+    assert f"frozen.model={out}/policy/hf" in capfd.readouterr().out
