@@ -28,6 +28,7 @@ from typing import Any
 
 from recipes.base import ANSWER_PROMPT, Doc
 from recipes.metrics import span_check
+from recipes.search_metrics import doc_holds_answer
 
 log = logging.getLogger(__name__)
 
@@ -53,12 +54,12 @@ def reader_contexts(ranked: Sequence[Doc], golden_answers: Sequence[str], k: int
         gold-holding document of `ranked` with 0 to k-1 other documents of `ranked` that hold none, shuffled.
         Empty when no document of `ranked` holds a gold answer.
     """
-    golds = list(golden_answers)
-    holding = [d for d in ranked if answer_in([d], golds) is not None]
+    holds = [doc_holds_answer(d, golden_answers) for d in ranked]  # one span check per document
+    holding = [d for d, h in zip(ranked, holds) if h]
     if not holding:
         return []
-    out = [list(ranked[:k])] if answer_in(ranked[:k], golds) is not None else []
-    others = [d for d in ranked if answer_in([d], golds) is None]
+    out = [list(ranked[:k])] if any(holds[:k]) else []
+    others = [d for d, h in zip(ranked, holds) if not h]
     selection = [holding[0], *rng.sample(others, min(len(others), rng.randint(0, k - 1)))]
     rng.shuffle(selection)
     return [*out, selection]
