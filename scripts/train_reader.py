@@ -1,12 +1,12 @@
 """Fine-tune a reader to serve as s3's frozen generator (issue 62; `pipelines.reader_sft`).
 
     SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.train_reader [--config configs/s3_main_cpu.yaml] \
-        [--questions 1000] [--depth 10] [--epochs 1] [--lr 2e-5] [--out runs/reader-<time>] [key=value ...]
+        [--questions 1000] [--depth 10] [--long-docs 0] [--epochs 1] [--lr 2e-5] [--out runs/reader-<time>] [key=value ...]
 
 For `--questions` training questions (`data.train`, a sample seeded by `seed`) the question's top-`--depth`
 documents (the config's one-shard BM25 index, searched in this process) give the contexts of
-`pipelines.reader_sft.reader_contexts` (the top-k when it holds a gold answer, and an s3-like selection
-around the first gold-holding document); `frozen.model` (or `--model`) learns to answer them in the
+`pipelines.reader_sft.reader_contexts` (the top-k when it holds a gold answer, an s3-like selection
+around the first gold-holding document, and with `--long-docs N` the top-k followed by more documents, N in all); `frozen.model` (or `--model`) learns to answer them in the
 generator's own prompt (s3 Fig. 12) with the policy learner's supervised update on one rank. Prints the
 override that serves it, `frozen.model=<out>/policy/hf`; keep `frozen.judge_model` on the old generator so that
 GenAcc's judge does not change with it. Stops on SIGTERM / Ctrl-C with its learner shut down.
@@ -31,6 +31,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--depth", type=int, default=10, help="documents retrieved per question (>= retrieval.topk)")
     parser.add_argument("--epochs", type=int, default=1, help="passes over the rows")
     parser.add_argument("--lr", type=float, default=2e-5, help="learning rate of every optimizer step")
+    parser.add_argument("--long-docs", type=int, default=0,
+                        help="also a context of this many documents: the top-k then more of the top --depth documents "
+                             "(as an s3 searcher that leaves every block whole builds one); 0 = none")
     parser.add_argument("--max-tokens", type=int, default=1024, help="rows longer than this (tokens) are dropped")
     parser.add_argument("--model", default=None, help="starting weights (default: frozen.model)")
     parser.add_argument("--out", default=None, help="output directory (default runs/reader-<time>)")
@@ -38,6 +41,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.questions < 1 or args.depth < cfg.retrieval.topk or args.epochs < 1:
         parser.exit(2, f"error: need --questions >= 1, --depth >= retrieval.topk ({cfg.retrieval.topk}) "
                        "and --epochs >= 1\n")
+    if args.long_docs and not cfg.retrieval.topk < args.long_docs <= args.depth:
+        parser.exit(2, f"error: --long-docs ({args.long_docs}) must be 0 or above retrieval.topk "
+                       f"({cfg.retrieval.topk}) and at most --depth ({args.depth})\n")
 
     from transformers import AutoTokenizer
 
@@ -67,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
     for q in questions:
         _, ids, docs = shard.search_with_docs([q.question], args.depth)
         ranked = [Doc(str(i), docs[int(i)]["title"], docs[int(i)]["text"]) for i in ids[0] if i >= 0]
-        contexts = reader_contexts(ranked, q.golden_answers, cfg.retrieval.topk, rng)
+        contexts = reader_contexts(ranked, q.golden_answers, cfg.retrieval.topk, rng, args.long_docs)
         with_context += bool(contexts)
         rows += reader_rows(q.question, q.id, q.golden_answers, contexts, recipe.format_docs, tokenizer, chat,
                             args.max_tokens)
@@ -82,7 +88,8 @@ def main(argv: list[str] | None = None) -> None:
     summary = train_reader(cfg, rows, str(out), model=model, pad_token_id=int(pad), epochs=args.epochs, lr=args.lr,
                            seed=cfg.seed)
     summary.update({"questions": len(questions), "questions_with_context": with_context, "base_model": model,
-                    "lr": args.lr, "epochs": args.epochs, "depth": args.depth})
+                    "lr": args.lr, "epochs": args.epochs, "depth": args.depth, "long_docs": args.long_docs,
+                    "max_tokens": args.max_tokens})
     (out / "reader.json").write_text(json.dumps(summary, indent=1))
     print(f"reader: NLL {summary['nll_first']:.3f} -> {summary['nll_last']:.3f} in {summary['update_s']:.0f} s; "
           f"serve it with frozen.model={summary['model_dir']} frozen.judge_model={cfg.frozen.judge_model or cfg.frozen.model}")

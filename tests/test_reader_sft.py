@@ -36,6 +36,19 @@ def test_a_top_k_without_the_answer_gives_only_the_selection_and_no_gold_gives_n
     assert answer_in(RANKED, ["Madrid", "capital of France"]) == "capital of France"
 
 
+def test_the_long_context_is_the_top_k_then_more_of_the_ranking_and_always_holds_a_gold_answer():
+    for seed in range(20):
+        contexts = reader_contexts(RANKED, ["Paris"], 3, random.Random(seed), long_docs=5)
+        assert len(contexts) == 3
+        long = contexts[2]
+        assert long[:3] == RANKED[:3] and len(long) == 5 and len({d.doc_id for d in long}) == 5
+        assert set(long[3:]) <= set(RANKED[3:])
+        # the top-3 lacks "Germany": the long context must bring the first document that holds it
+        long = reader_contexts(RANKED, ["Germany"], 3, random.Random(seed), long_docs=4)[1]
+        assert long == [*RANKED[:3], RANKED[3]]
+    assert len(reader_contexts(RANKED, ["Paris"], 3, random.Random(0), long_docs=3)) == 2  # not above k: none
+
+
 def test_rows_are_the_frozen_generators_own_prompt_and_the_answer_it_should_reply(gemma_tokenizer):
     recipe = get_recipe("s3")
     contexts = reader_contexts(RANKED, ["Paris"], 3, random.Random(0))
@@ -106,6 +119,9 @@ def test_train_reader_refuses_a_depth_below_the_top_k_before_loading_anything(ca
     with pytest.raises(SystemExit) as e:
         main(["--depth", "2", "retrieval.topk=3"])
     assert e.value.code == 2 and "--depth >= retrieval.topk (3)" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["--depth", "10", "--long-docs", "12", "retrieval.topk=3"])
+    assert e.value.code == 2 and "--long-docs (12)" in capsys.readouterr().err
 
 
 def _run_script(argv):
