@@ -6,8 +6,8 @@
 For `--questions` training questions (`data.train`, a sample seeded by `seed`) the question's top-`--depth`
 documents (the config's one-shard BM25 index, searched in this process) give the contexts of
 `pipelines.reader_sft.reader_contexts` (the top-k when it holds a gold answer, an s3-like selection
-around the first gold-holding document, and with `--long-docs N` the top-k followed by more documents, N in all); `frozen.model` (or `--model`) learns to answer them in the
-generator's own prompt (s3 Fig. 12) with the policy learner's supervised update on one rank. Prints the
+around the first gold-holding document, and with `--long-docs N` the top-k followed by more documents, N in
+all); `frozen.model` (or `--model`) learns to answer them in the generator's own prompt (s3 Fig. 12) with the policy learner's supervised update on one rank. Prints the
 override that serves it, `frozen.model=<out>/policy/hf`; keep `frozen.judge_model` on the old generator so that
 GenAcc's judge does not change with it. Stops on SIGTERM / Ctrl-C with its learner shut down.
 """
