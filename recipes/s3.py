@@ -126,6 +126,13 @@ class S3Config(RecipeConfig):
         "policy learns when it cannot tell whether the block holds the answer, not an empty context (the "
         "select_none warm start wrote [] in every block: context recall 0); a search's block without one still "
         "gets []. Not in the paper.")
+    unselected_search_block: Literal["all", "none"] = Field(
+        "all", description="What a search's block without an `<important_info>` gives the generator (issue 62). all: "
+        "every document of it (App. A.5). none: nothing, so a search adds only what the searcher selects; the "
+        "initial top-k keeps App. A.5 (read whole unless selected), so leaving everything unselected is naive RAG; "
+        "the searcher's prompt (Fig. 11) already says only the content between <important_info> is used. "
+        "Against the leave-all shortcut: a GRPO searcher (`fresh_docs`, a 270M reader) stopped selecting and read "
+        "12 documents, which the reader answered from worse than from 3. Not in the paper.")
 
 
 def parse_ids(content: str) -> tuple[int, ...]:
@@ -355,7 +362,8 @@ class S3(Recipe):
         Blocks are the initial top-k and each executed search's documents. A selection applies to
         the most recent block before it (the last selection wins); ids outside the block are
         dropped and at most `max_selected` kept; a block without a selection contributes all its
-        documents; duplicates (same title and text) are dropped, the first occurrence kept.
+        documents (with `unselected_search_block: none`, only the initial top-k does; a search's block
+        gives none); duplicates (same title and text) are dropped, the first occurrence kept.
         """
         blocks: list[list[Doc]] = [list(episode.initial_docs)] if episode.initial_docs else []
         selections: dict[int, tuple[int, ...]] = {}
@@ -366,9 +374,12 @@ class S3(Recipe):
             if turn.docs is not None:
                 blocks.append(turn.docs)
         docs: list[Doc] = []
+        first_search = 1 if episode.initial_docs else 0  # the initial top-k stays whole by App. A.5 either way
+        skip_unselected = self.config.unselected_search_block == "none"
         for i, block in enumerate(blocks):
             if i not in selections:
-                docs.extend(block)
+                if not (skip_unselected and i >= first_search):
+                    docs.extend(block)
                 continue
             ids = [j for j in dict.fromkeys(selections[i]) if 1 <= j <= len(block)][: self.config.max_selected]
             docs.extend(block[j - 1] for j in sorted(ids))

@@ -173,6 +173,24 @@ def test_s3_selection_window_cap_and_dedupe():
     assert [d.doc_id for d in ep2.final.selected_docs] == ["e1", "e2", "e3", "g1"]  # dup dropped
 
 
+def test_s3_unselected_search_block_none_adds_only_what_is_selected():
+    """`unselected_search_block: none`: a search's block without a selection gives the generator nothing, a
+    selected one its selection; the initial top-k is still read whole when unselected (App. A.5)."""
+    third = [Doc("t1", "T1", "t1 text"), Doc("t2", "T2", "t2 text")]
+    turns = ["<query>q1</query>", "<important_info>[2]</important_info><query>q2</query>",
+             "<search_complete>True</search_complete>"]
+    contexts = {}
+    for mode in ("all", "none"):
+        s3 = get_recipe("s3", unselected_search_block=mode)
+        ep = s3.start(EARTHSHIP_Q, ["2007"], INITIAL, chat=False)
+        run(s3, ep, turns, [SECOND, third])
+        contexts[mode] = [d.doc_id for d in ep.final.selected_docs]
+    assert contexts["all"] == ["e1", "e2", "e3", *(d.doc_id for d in SECOND[1:2]), "t1", "t2"]
+    assert contexts["none"] == ["e1", "e2", "e3", SECOND[1].doc_id]
+    with pytest.raises(ValueError, match="unselected_search_block"):
+        get_recipe("s3", unselected_search_block="some")
+
+
 def test_s3_turn_limit_and_invalid_feedback():
     s3 = get_recipe("s3", max_turns=2)
     ep = s3.start(EARTHSHIP_Q, ["2007"], INITIAL, chat=False)
