@@ -93,6 +93,11 @@ class S3Config(RecipeConfig):
                            "searcher's one turn selects among the initial top-k and ends the episode (select-only): "
                            "generation also stops at `</important_info>`. Not in the paper.")
     max_selected: int = Field(3, ge=1, description="Documents an <important_info> may select (Fig. 11: up to 3).")
+    max_selected_search: int | None = Field(
+        None, ge=1, description="Documents an <important_info> may select from a search's block (the ids written "
+        "first are kept); None = `max_selected`. With 1 of k = 3 and `unselected_search_block: none`, adding a "
+        "document means choosing one (issue 62: with up to 3 of 3 a GRPO searcher selected [1, 2, 3], every "
+        "document, then nothing). Not in the paper.")
     invalid_feedback: str | None = Field(FEEDBACK, description="Appended after an invalid action.")
     reward_variant: Literal["paper", "code"] = Field(
         "paper", description="paper: GenAcc_s3 − GenAcc_RAG (Eq. 1); code: (GenAcc_s3 − GenAcc_RAG) + GenAcc_s3."
@@ -338,7 +343,8 @@ class S3(Recipe):
         docs = self._expert_block(episode)
         if docs is None:
             return None
-        ids = [i for i, _ in docs_holding_answer(docs, episode.golden_answers)][: self.config.max_selected]
+        cap = self.selection_cap(0 if not episode.turns else 1)
+        ids = [i for i, _ in docs_holding_answer(docs, episode.golden_answers)][:cap]
         selection = f"<important_info>[{', '.join(map(str, ids))}]</important_info>"  # [] selects none of it
         if not ids and self._leaves_whole(episode):
             selection = ""  # no <important_info>: the block is read whole (App. A.5)
@@ -352,6 +358,12 @@ class S3(Recipe):
             return None
         return after_prefix(episode, text)
 
+    def selection_cap(self, block_index: int) -> int:
+        """Documents a selection may keep from block `block_index` (0: the initial top-k; 1, 2, ...: the searches'
+        blocks): `max_selected`, or `max_selected_search` for a search's block when set."""
+        search_cap = self.config.max_selected_search
+        return search_cap if block_index > 0 and search_cap is not None else self.config.max_selected
+
     def _leaves_whole(self, episode: Episode) -> bool:
         """`expert_unsure_block: leave_first` and the block is the initial top-k (no turn yet)."""
         return self.config.expert_unsure_block == "leave_first" and not episode.turns
@@ -361,7 +373,7 @@ class S3(Recipe):
 
         Blocks are the initial top-k and each executed search's documents. A selection applies to
         the most recent block before it (the last selection wins); ids outside the block are
-        dropped and at most `max_selected` kept; a block without a selection contributes all its
+        dropped and at most `selection_cap` kept (the first written); a block without a selection contributes all its
         documents (with `unselected_search_block: none`, only the initial top-k does; a search's block
         gives none); duplicates (same title and text) are dropped, the first occurrence kept.
         """
@@ -381,7 +393,8 @@ class S3(Recipe):
                 if not (skip_unselected and i >= first_search):
                     docs.extend(block)
                 continue
-            ids = [j for j in dict.fromkeys(selections[i]) if 1 <= j <= len(block)][: self.config.max_selected]
+            cap = self.selection_cap(i - first_search + 1)
+            ids = [j for j in dict.fromkeys(selections[i]) if 1 <= j <= len(block)][:cap]
             docs.extend(block[j - 1] for j in sorted(ids))
         return _dedupe(docs, key=lambda d: (d.title.strip(), d.text.strip()))
 

@@ -191,6 +191,22 @@ def test_s3_unselected_search_block_none_adds_only_what_is_selected():
         get_recipe("s3", unselected_search_block="some")
 
 
+def test_s3_max_selected_search_caps_a_search_blocks_selection_not_the_top_k():
+    """`max_selected_search: 1`: a search's block keeps the id written first, the initial top-k keeps up to
+    `max_selected`; the expert selects one answer-holding document of a search's block."""
+    s3 = get_recipe("s3", max_selected_search=1, unselected_search_block="none")
+    ep = s3.start(EARTHSHIP_Q, ["2007"], INITIAL, chat=False)
+    run(s3, ep, ["<important_info>[3, 1]</important_info><query>q1</query>",
+                 "<important_info>[3, 1]</important_info><search_complete>True</search_complete>"], [SECOND])
+    assert [d.doc_id for d in ep.final.selected_docs] == ["e1", "e3", "e4"]
+    assert (s3.selection_cap(0), s3.selection_cap(1), get_recipe("s3").selection_cap(1)) == (3, 1, 3)
+    expert = s3.start(EARTHSHIP_Q, ["2007"], INITIAL, chat=False)
+    run(s3, expert, ["<query>q1</query>"], [SECOND])  # SECOND holds "2007" in documents 1 and 2
+    assert s3.expert_turn(expert).startswith("<important_info>[1]</important_info>")
+    with pytest.raises(ValueError, match="max_selected_search"):
+        get_recipe("s3", max_selected_search=0)
+
+
 def test_s3_turn_limit_and_invalid_feedback():
     s3 = get_recipe("s3", max_turns=2)
     ep = s3.start(EARTHSHIP_Q, ["2007"], INITIAL, chat=False)
