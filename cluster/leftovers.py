@@ -61,6 +61,32 @@ def leftovers(marker: str | None = None, descendants: bool = False) -> list:
     return out
 
 
+def owner_pid(marker: str) -> int | None:
+    """The pid of the program that set `marker` (`mark()` writes `<pid>-<random hex>`); None when the
+    value is not of that form."""
+    head, sep, _ = marker.partition("-")
+    return int(head) if sep and head.isdigit() else None
+
+
+def orphans_of_dead_programs() -> list:
+    """Running processes (`psutil.Process`) that carry some program's marker whose owner (`owner_pid`)
+    no longer runs: what a local cluster left behind when its program died without its cleanup. A
+    reused owner pid reads as alive (its processes are kept); other users' processes and processes
+    without a marker are never returned."""
+    import psutil
+
+    out = []
+    for p in psutil.process_iter():
+        try:
+            marker = p.environ().get(MARKER)
+            pid = owner_pid(marker) if marker else None
+            if pid is not None and pid != p.pid and not psutil.pid_exists(pid) and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return out
+
+
 def kill_processes(processes: list, timeout_s: float = 5.0) -> None:
     """SIGKILL each `psutil.Process` still running and wait up to `timeout_s` for them to go."""
     import psutil

@@ -44,6 +44,7 @@ def init_ray(ray_cfg, **kwargs) -> bool:
         opts |= local_cluster_options(ray_cfg)
         from cluster.leftovers import mark
 
+        end_dead_programs_leftovers()
         mark()  # before ray.init: every process of the cluster inherits it
         try:
             context = ray.init(**opts)
@@ -70,6 +71,20 @@ def local_cluster_options(ray_cfg) -> dict:
     if ray_cfg.object_store_gib:
         opts["object_store_memory"] = int(ray_cfg.object_store_gib * 2**30)
     return opts
+
+
+def end_dead_programs_leftovers() -> list[int]:
+    """SIGKILL what earlier programs' local clusters left when those programs died without their cleanup
+    (`cluster.leftovers.orphans_of_dead_programs`: vLLM engines re-parented to init hold GBs, and the new
+    cluster's memory monitor would kill its own workers for them). Returns the pids."""
+    from cluster.leftovers import kill_processes, orphans_of_dead_programs
+
+    stale = orphans_of_dead_programs()
+    kill_processes(stale)
+    if stale:
+        log.warning("killed %d process(es) a stopped program's Ray cluster left behind: %s", len(stale),
+                    [p.pid for p in stale])
+    return [p.pid for p in stale]
 
 
 def abort_local_start() -> list[int]:

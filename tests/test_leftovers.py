@@ -55,6 +55,32 @@ def test_marked_orphans_are_killed_and_nothing_else(monkeypatch):
         child.wait(timeout=10)
 
 
+def test_the_orphans_of_a_program_that_died_are_ended_by_the_next_start(monkeypatch):
+    """A program killed before its cleanup leaves marked orphans; `end_dead_programs_leftovers` (run before a
+    local cluster starts) kills those whose marking program is gone, never a live program's or a stranger's."""
+    from cluster.ray_init import end_dead_programs_leftovers
+
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True, check=True).stdout)
+    assert not psutil.pid_exists(dead) and leftovers.owner_pid(f"{dead}-ab12") == dead
+    monkeypatch.delenv(MARKER, raising=False)
+    stale = _orphan({**os.environ, MARKER: f"{dead}-ab12"})
+    live = _orphan({**os.environ, MARKER: f"{os.getpid()}-cd34"})
+    odd = _orphan({**os.environ, MARKER: "another-cluster"})
+    stranger = _orphan(dict(os.environ))
+    try:
+        found = {p.pid for p in leftovers.orphans_of_dead_programs()}
+        assert stale in found and not found & {live, odd, stranger}
+        assert stale in end_dead_programs_leftovers()
+        assert _gone(stale) and not any(_gone(pid) for pid in (live, odd, stranger))
+    finally:
+        for pid in (stale, live, odd, stranger):
+            try:
+                psutil.Process(pid).kill()
+            except psutil.NoSuchProcess:
+                pass
+
+
 def test_a_process_read_mid_exec_is_read_again(monkeypatch):
     """Right after `Popen` returns, the child's `/proc/<pid>/environ` can still read empty (seen 1 in 300
     here; CI once missed a marked process so): the scan reads such a process again instead of passing it."""
