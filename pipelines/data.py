@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 ENV_VAR = "SEARCHRL_DATA"
 """Environment variable naming the data pack directory."""
@@ -333,8 +333,9 @@ def _mirage_rows(path: Path) -> Iterator[dict[str, Any]]:
         yield rec
 
 
-def spread_sample(rows: list[dict[str, Any]], limit: int | None, seed: int) -> list[dict[str, Any]]:
-    """A seeded sample of `limit` rows spread over their `dataset` field, in the rows' own order.
+def spread_sample(rows: list[dict[str, Any]], limit: int | None, seed: int,
+                  key: Callable[[dict[str, Any]], str] | None = None) -> list[dict[str, Any]]:
+    """A seeded sample of `limit` rows spread over their `dataset` field (or `key(row)`), in the rows' own order.
 
     Each dataset's rows are taken in a seeded random order and dealt out round-robin over the datasets
     (so 64 questions of a 6-dataset split hold 10-11 of each). Pack splits are sorted by dataset, so
@@ -347,7 +348,8 @@ def spread_sample(rows: list[dict[str, Any]], limit: int | None, seed: int) -> l
     rng = random.Random(seed)
     by_dataset: dict[str, list[int]] = {}
     for i, row in enumerate(rows):
-        by_dataset.setdefault(str(row.get("dataset", "")), []).append(i)
+        name = key(row) if key is not None else str(row.get("dataset", ""))
+        by_dataset.setdefault(name, []).append(i)
     queues = [rng.sample(idx, len(idx)) for _, idx in sorted(by_dataset.items())]
     picked: list[int] = []
     while len(picked) < limit:

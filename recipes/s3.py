@@ -187,7 +187,9 @@ def _selection(block: Block | None) -> tuple[int, ...] | None:
     return None if block is None else parse_ids(block.content)
 
 
-def _selected_of(action: Action) -> tuple[int, ...] | None:
+def selected_ids(action: Action) -> tuple[int, ...] | None:
+    """The document ids a parsed turn selects (1-based, as written, within the turn's latest block); None when
+    it writes no `<important_info>` (the block is then unselected: App. A.5)."""
     if isinstance(action, (Search, Complete)):
         return action.selected
     if isinstance(action, Select):
@@ -380,7 +382,7 @@ class S3(Recipe):
         blocks: list[list[Doc]] = [list(episode.initial_docs)] if episode.initial_docs else []
         selections: dict[int, tuple[int, ...]] = {}
         for turn in episode.turns:
-            selected = _selected_of(turn.action)
+            selected = selected_ids(turn.action)
             if selected is not None and blocks:
                 selections[len(blocks) - 1] = selected
             if turn.docs is not None:
@@ -445,7 +447,7 @@ class S3(Recipe):
         total = gain + acc_s3 if self.config.reward_variant == "code" else gain
         components = {"gen_acc_s3": acc_s3, "gen_acc_rag": acc_rag, "gain_beyond_rag": gain}
         if self.config.no_selection_reward is not None:
-            selected = any(_selected_of(t.action) is not None for t in episode.turns)
+            selected = any(selected_ids(t.action) is not None for t in episode.turns)
             components["no_selection"] = 0.0 if selected else 1.0
             total = total if selected else self.config.no_selection_reward
         return RewardBreakdown(total, components)

@@ -55,11 +55,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="{s3,r1_difficulty,import_flashrag}")
 
     def source_args(p: argparse.ArgumentParser) -> None:
-        """Add the input options to `p`: --split or --input (exclusive), and --limit."""
+        """Add the input options to `p`: --split or --input (exclusive), --limit and --sample."""
         src = p.add_mutually_exclusive_group()
         src.add_argument("--split", choices=SPLITS, default=None, help="data pack split (default train; data.<split>)")
         src.add_argument("--input", default=None, help="a QA file (pack or FlashRAG format) instead of a pack split")
         p.add_argument("--limit", type=int, default=None, help="first N questions only")
+        p.add_argument("--sample", action="store_true",
+                       help="with --limit: N questions spread over the file's datasets (seeded by `seed`)")
 
     s3 = sub.add_parser("s3", help="s3 training set: naive-RAG GenAcc baseline + filter (s3 §4.1)")
     source_args(s3)
@@ -157,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
         with user_errors():
             if args.limit is not None and args.limit < 0:
                 raise PrepareError(f"--limit must be >= 0, got {args.limit}")
+            if getattr(args, "sample", False) and args.limit is None:  # import_flashrag has no --sample
+                raise PrepareError("--sample needs --limit N (how many questions to sample)")
             if args.cmd == "import_flashrag":
                 if args.qa:
                     if not args.dataset:
@@ -169,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
                 src, name = _input_file(args, cfg)
                 out = Path(args.out) if args.out else Path(cfg.run_dir) / "prepared" / f"s3_{name}.jsonl.gz"
                 report = prepare_s3(cfg, src, out, cache_path=args.cache, report_path=args.report,
-                                    limit=args.limit, concurrency=args.concurrency, chat=args.chat, progress=say)
+                                    limit=args.limit, sample_seed=cfg.seed if args.sample else None,
+                                    concurrency=args.concurrency, chat=args.chat, progress=say)
             else:
                 src, name = _input_file(args, cfg)
                 default_dir = Path(cfg.run_dir) / "prepared" / f"r1_difficulty_{name}"
@@ -179,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
                     cfg, src, out_dir, n=args.n, max_rollouts=args.max_rollouts, metric=args.metric,
                     f1_threshold=args.f1_threshold, easy_below=args.easy_below, hard_above=args.hard_above,
                     stage_totals={s: totals[s] for s in _stages(args.stages)}, dataset_aliases=dict(args.dataset_map),
-                    model=args.model, limit=args.limit, questions_per_call=args.questions_per_call, progress=say,
+                    model=args.model, limit=args.limit,
+                    sample_seed=cfg.seed if args.sample else None, questions_per_call=args.questions_per_call, progress=say,
                 )
     except (PrepareError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)

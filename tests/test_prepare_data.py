@@ -309,6 +309,28 @@ def test_result_cache_resumes_and_ignores_stale_entries(tmp_path):
         cache.load()
 
 
+def test_a_sampled_read_spreads_over_the_datasets_and_keeps_file_order(tmp_path):
+    # A pack split is sorted by dataset: its first 6 rows are all nq; a sample of 6 holds 2 of each.
+    rows = [{"id": f"{ds}:{i}", "question": f"q{i}?", "golden_answers": ["a"], "source": ds}
+            for ds in ("nq", "popqa", "triviaqa") for i in range(10)]
+    qa = write_jsonl(tmp_path / "train.jsonl", rows)
+    assert {r["source"] for r in read_qa_rows(qa, 6)} == {"nq"}
+    sampled = read_qa_rows(qa, 6, sample_seed=0)
+    assert [r["source"] for r in sampled] == ["nq", "nq", "popqa", "popqa", "triviaqa", "triviaqa"]
+    order = [r["id"] for r in rows]
+    assert sorted(order.index(r["id"]) for r in sampled) == [order.index(r["id"]) for r in sampled]
+    assert read_qa_rows(qa, 6, sample_seed=0) == sampled and read_qa_rows(qa, 6, sample_seed=1) != sampled
+    assert len(read_qa_rows(qa, 100, sample_seed=0)) == 30
+
+
+def test_sample_without_limit_is_refused_by_the_cli(tmp_path, capsys):
+    from scripts.prepare_data import main
+
+    qa = write_jsonl(tmp_path / "qa.jsonl", [{"id": "a", "question": "q?", "golden_answers": ["x"]}])
+    assert main(["s3", "--input", str(qa), "--sample", "--out", str(tmp_path / "o.jsonl.gz")]) == 2
+    assert "--sample needs --limit" in capsys.readouterr().err
+
+
 def test_bad_s3_config_fails_before_any_actor(tmp_path):
     from actors.retrieval.index_store import IndexFormatError
     from configs import ConfigError, load_config

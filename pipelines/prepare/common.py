@@ -40,8 +40,11 @@ def row_dataset(row: Mapping[str, Any]) -> str:
     return str(row.get("source") or row.get("dataset") or "unknown")
 
 
-def read_qa_rows(path: str | Path, limit: int | None = None) -> list[dict]:
-    """Read QA rows keeping every field (ids as str, golden_answers as a list).
+def read_qa_rows(path: str | Path, limit: int | None = None, sample_seed: int | None = None) -> list[dict]:
+    """Read QA rows keeping every field (ids as str, golden_answers as a list): the first `limit` (None =
+    all), or with `sample_seed` a seeded sample of `limit` spread over the datasets (``row_dataset``;
+    ``pipelines.data.spread_sample``), in file order. Pack splits are sorted by dataset, so their first N
+    rows are usually one dataset.
 
     Checks each row as ``pipelines.data.iter_qa`` does (id, non-empty question, non-empty list of
     string answers) and that ids are unique (caches are keyed by id).
@@ -54,7 +57,7 @@ def read_qa_rows(path: str | Path, limit: int | None = None) -> list[dict]:
     rows: list[dict] = []
     seen: dict[str, int] = {}
     for line, rec in iter_records(path):
-        if limit is not None and len(rows) >= limit:
+        if limit is not None and sample_seed is None and len(rows) >= limit:
             break
         qid = _get_id(rec, path, line, QA_FORM)
         _get_str(rec, "question", path, line, QA_FORM, nonempty=True)
@@ -63,6 +66,10 @@ def read_qa_rows(path: str | Path, limit: int | None = None) -> list[dict]:
             raise BadRowError(path, line, f"duplicate id {qid!r} (first on line {seen[qid]}); ids must be unique")
         seen[qid] = line
         rows.append({**rec, "id": qid, "golden_answers": list(answers)})
+    if sample_seed is not None:
+        from pipelines.data import spread_sample
+
+        return spread_sample(rows, limit, sample_seed, key=row_dataset)
     return rows
 
 

@@ -302,6 +302,7 @@ def prepare_r1_difficulty(
     dataset_aliases: Mapping[str, str] | None = None,
     model: str | None = None,
     limit: int | None = None,
+    sample_seed: int | None = None,
     questions_per_call: int = 32,
     pool: Any = None,
     workers: Sequence[Any] | None = None,
@@ -329,6 +330,8 @@ def prepare_r1_difficulty(
             {"hotpotqa+2wiki_train": "hotpotqa"}); rows of other datasets are bucketed but not mixed.
         model: reference policy (default ``prepare.r1_selection_model``, else ``learner.model``; the paper
             used Qwen-2.5-7B-Instruct).
+        limit, sample_seed: the first ``limit`` questions, or with ``sample_seed`` a seeded sample of
+            ``limit`` spread over the datasets (``read_qa_rows``).
         questions_per_call: questions per RolloutWorker call (each runs its own rounds).
         pool, workers: running RetrievalPool / RolloutWorker actors; None = start them from
             ``cfg`` when a question is not cached (``rollout.num_workers`` workers) and stop them at
@@ -355,7 +358,7 @@ def prepare_r1_difficulty(
     settings = r1_settings(cfg, model, rcfg, n, max_rollouts, metric, f1_threshold)
     out_dir = Path(out_dir)
     check_writable(out_dir / "report.json", "output folder")
-    rows = read_qa_rows(input_path, limit)
+    rows = read_qa_rows(input_path, limit, sample_seed=sample_seed)
     cache = ResultCache(out_dir / "cache.jsonl", settings_fingerprint(settings))
     cached = cache.load({r["id"]: r["question"].strip() for r in rows})
     results: dict[str, dict] = {qid: {k: cached[qid][k] for k in ("correct_of_n", "rollouts", "rollouts_to_correct")}

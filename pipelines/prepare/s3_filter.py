@@ -141,6 +141,7 @@ def prepare_s3(
     cache_path: str | Path | None = None,
     report_path: str | Path | None = None,
     limit: int | None = None,
+    sample_seed: int | None = None,
     concurrency: int = 16,
     chat: bool | None = None,
     pool: Any = None,
@@ -158,7 +159,8 @@ def prepare_s3(
         out_path: the filtered QA file (``.jsonl.gz``); rows keep their fields, plus ``rag_gen_acc``.
         cache_path: baseline cache (default ``<out>.cache.jsonl``). report_path: default
             ``<out>.report.json``.
-        limit: first N questions only. concurrency: questions in flight at once.
+        limit: first N questions only; with ``sample_seed``, a seeded sample of N spread over the
+            datasets (``read_qa_rows``). concurrency: questions in flight at once.
         chat: frozen LLM prompt mode (None = when its tokenizer has a chat template).
         pool, generator, judge: running RetrievalPool / FrozenLLMWorker actors to use; None = start
             them from ``cfg`` when needed (never when every baseline is cached) and stop them at the
@@ -191,7 +193,7 @@ def prepare_s3(
     settings = s3_settings(cfg, rcfg, chat)
     for p, what in ((out_path, "output"), (cache_path, "cache"), (report_path, "report")):
         check_writable(p, what)
-    rows = read_qa_rows(input_path, limit)
+    rows = read_qa_rows(input_path, limit, sample_seed=sample_seed)
     cache = ResultCache(cache_path, settings_fingerprint(settings))
     questions = {r["id"]: r["question"].strip() for r in rows}
     cached = cache.load(questions)

@@ -1,0 +1,129 @@
+"""What an s3 run's searcher did, step by step, read from the rollouts the run saved (issue 62).
+
+    .venv/bin/python -m scripts.probes.s3_rollouts runs/<run> [--steps 1,8,16] [--json]
+
+Reads `<run>/config.yaml` (the recipe and its options, to parse each turn as training did) and
+`<run>/rollouts/step-<n>.jsonl.gz` (every step when `--steps` is left out). Prints one row a step:
+- `reward`: the mean reward (s3 Eq. 1's Gain Beyond RAG, plus any configured term);
+- `docs`: documents the frozen generator read (the selected context, D_s3), mean per episode;
+- `ctx_recall`: share of episodes whose context holds a gold answer (`final.search.context_hit`);
+- `searches`: the searcher's own searches per episode; `distinct_q>1`: episodes with 2+ different queries;
+- `found`: share of episodes where a search of its own returned a gold-holding document the top-k lacked;
+- `whole_first`: episodes whose first turn leaves the initial top-k unselected (read whole: naive RAG's context);
+- `search_sel`: the commonest selections written after a search (`none`: no `<important_info>`);
+- `tied`: GRPO groups whose samples all got the same reward (no gradient from them).
+
+No Ray, no engine, no index: what the rollouts hold is enough. Raises (exit 2): the run has no
+config.yaml or no rollouts, a step without a file, a run whose recipe is not s3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+TOP_SELECTIONS = 3
+
+
+def _recipe(run: Path) -> Any:
+    """The run's s3 recipe, built from its saved config. Raises ValueError: no config or not s3."""
+    import yaml
+
+    from recipes import get_recipe
+
+    path = run / "config.yaml"
+    if not path.is_file():
+        raise ValueError(f"{path}: no such file (pass a run directory that `scripts.train` wrote)")
+    cfg = yaml.safe_load(path.read_text()) or {}
+    train = cfg.get("train") or {}
+    if train.get("recipe") != "s3":
+        raise ValueError(f"{run}: train.recipe is {train.get('recipe')!r}; this probe reads s3 runs")
+    return get_recipe("s3", train.get("recipe_options") or {})
+
+
+def _selection_label(ids: tuple[int, ...] | None) -> str:
+    return "none" if ids is None else "[" + ", ".join(map(str, ids)) + "]"
+
+
+def step_summary(recipe: Any, trajectories: list[dict]) -> dict[str, Any]:
+    """One step's measures (see the module docstring) from its saved trajectories (`Trajectory.to_json`)."""
+    from recipes.s3 import selected_ids
+
+    n = len(trajectories)
+    groups: dict[str, list[float]] = defaultdict(list)
+    search_sel: Counter[str] = Counter()
+    out = Counter()
+    for t in trajectories:
+        search = (t.get("final") or {}).get("search") or {}
+        groups[t["group_id"]].append(t.get("reward"))
+        out["reward"] += t.get("reward") or 0.0
+        out["docs"] += len((t.get("final") or {}).get("selected_doc_ids") or [])
+        out["ctx_recall"] += bool(search.get("context_hit"))
+        out["searches"] += int(search.get("own_searches") or 0)
+        out["found"] += bool(search.get("found_by_search"))
+        turns = t.get("turns") or []
+        selections = [selected_ids(recipe.parse(turn["text"])) for turn in turns]
+        out["whole_first"] += not turns or selections[0] is None
+        search_sel.update(_selection_label(s) for s in selections[1:])
+        queries = {q.strip().lower() for turn in turns if (q := turn.get("query"))}
+        out["distinct_q>1"] += len(queries) > 1
+    tied = sum(len(set(rewards)) == 1 for rewards in groups.values())
+    means = {k: out[k] / n for k in ("reward", "docs", "ctx_recall", "searches", "found")} if n else {}
+    return {"episodes": n, **means, "distinct_q>1": out["distinct_q>1"], "whole_first": out["whole_first"],
+            "search_sel": dict(search_sel.most_common(TOP_SELECTIONS)), "tied": tied, "groups": len(groups)}
+
+
+def _steps(run: Path, wanted: str | None) -> list[int]:
+    have = sorted(int(p.name.split("-")[1].split(".")[0]) for p in (run / "rollouts").glob("step-*.jsonl.gz"))
+    if not have:
+        raise ValueError(f"{run}/rollouts: no step-<n>.jsonl.gz files (the run saved no rollouts yet)")
+    if not wanted:
+        return have
+    steps = [int(s) for s in wanted.split(",") if s.strip()]
+    missing = [s for s in steps if s not in have]
+    if missing:
+        raise ValueError(f"--steps {wanted}: no rollouts for step(s) {missing}; the run has {have[0]}-{have[-1]}")
+    return steps
+
+
+def _read(path: Path) -> list[dict]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the table (or JSON lines with --json); exit 2 with an `error:` line on a bad run or step."""
+    parser = argparse.ArgumentParser(prog="python -m scripts.probes.s3_rollouts", description=__doc__.split("\n")[0])
+    parser.add_argument("run", help="run directory (runs/s3-...)")
+    parser.add_argument("--steps", default=None, help="comma-separated steps (default: every saved step)")
+    parser.add_argument("--json", action="store_true", help="one JSON object a step instead of the table")
+    args = parser.parse_args(argv)
+    run = Path(args.run)
+    try:
+        recipe = _recipe(run)
+        steps = _steps(run, args.steps)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if not args.json:
+        print("| step | reward | docs | ctx_recall | searches | distinct_q>1 | found | whole_first | search_sel | tied |")
+        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |")
+    for step in steps:
+        s = step_summary(recipe, _read(run / "rollouts" / f"step-{step}.jsonl.gz"))
+        if args.json:
+            print(json.dumps({"step": step, **s}))
+            continue
+        sel = ", ".join(f"`{k}` {v}" for k, v in s["search_sel"].items()) or "-"
+        print(f"| {step} | {s['reward']:+.3f} | {s['docs']:.1f} | {s['ctx_recall']:.2f} | {s['searches']:.2f} | "
+              f"{s['distinct_q>1']} of {s['episodes']} | {s['found']:.2f} | {s['whole_first']} of {s['episodes']} | "
+              f"{sel} | {s['tied']} of {s['groups']} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""`scripts.probes.s3_rollouts`: an s3 run's per-step searcher measures, from hand-made saved rollouts."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+from scripts.probes.s3_rollouts import main
+
+
+def _traj(group: str, reward: float, turns: list[tuple[str, str | None]], *, docs: int, ctx: bool,
+          searches: int, found: bool) -> dict:
+    return {"group_id": group, "reward": reward,
+            "turns": [{"text": text, "query": query} for text, query in turns],
+            "final": {"selected_doc_ids": [f"d{i}" for i in range(docs)],
+                      "search": {"context_hit": ctx, "own_searches": searches, "found_by_search": found}}}
+
+
+def _run(tmp_path, recipe: str = "s3"):
+    run = tmp_path / "run"
+    (run / "rollouts").mkdir(parents=True)
+    (run / "config.yaml").write_text(f"train:\n  recipe: {recipe}\n  recipe_options: {{max_turns: 3, prefill: ''}}\n")
+    q = '<query>{"query": "%s"}</query>'
+    step = [
+        # group a: first turn leaves the top-3 whole, searches twice with two queries, selects [2] then nothing
+        _traj("a", 0.5, [(q % "x y", "x y"), ("<important_info>[2]</important_info>" + q % "z", "z"),
+                         ("<search_complete>True</search_complete>", None)], docs=4, ctx=True, searches=2, found=True),
+        _traj("a", 0.0, [("<important_info>[1]</important_info><search_complete>True</search_complete>", None)],
+              docs=1, ctx=False, searches=0, found=False),
+        # group b: both samples score 0 (tied); one selection after a search
+        _traj("b", 0.0, [("<important_info>[]</important_info>" + q % "x", "x"),
+                         ("<important_info>[2]</important_info><search_complete>True</search_complete>", None)],
+              docs=1, ctx=True, searches=1, found=False),
+        _traj("b", 0.0, [("<important_info>[1, 3]</important_info><search_complete>True</search_complete>", None)],
+              docs=2, ctx=False, searches=0, found=False),
+    ]
+    with gzip.open(run / "rollouts" / "step-3.jsonl.gz", "wt") as f:
+        f.writelines(json.dumps(t) + "\n" for t in step)
+    return run
+
+
+def test_step_measures_from_saved_rollouts(tmp_path, capsys):
+    run = _run(tmp_path)
+    assert main([str(run), "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert row["step"] == 3 and row["episodes"] == 4 and row["groups"] == 2
+    assert row["reward"] == 0.125 and row["docs"] == 2.0 and row["ctx_recall"] == 0.5
+    assert row["searches"] == 0.75 and row["found"] == 0.25 and row["distinct_q>1"] == 1
+    assert row["whole_first"] == 1  # only group a's first sample wrote no <important_info> in turn 1
+    assert row["search_sel"] == {"[2]": 2, "none": 1}  # the selections written after a search
+    assert row["tied"] == 1  # group b: 0.0 and 0.0
+    assert main([str(run), "--steps", "3"]) == 0
+    table = capsys.readouterr().out
+    assert "| 3 | +0.125 | 2.0 | 0.50 | 0.75 | 1 of 4 | 0.25 | 1 of 4 | `[2]` 2, `none` 1 | 1 of 2 |" in table
+
+
+def test_bad_runs_and_steps_are_named(tmp_path, capsys):
+    run = _run(tmp_path)
+    assert main([str(run), "--steps", "3,9"]) == 2
+    assert "no rollouts for step(s) [9]" in capsys.readouterr().err
+    assert main([str(tmp_path / "nothing")]) == 2
+    assert "config.yaml: no such file" in capsys.readouterr().err
+    other = _run(tmp_path / "r1", recipe="search_r1")
+    assert main([str(other)]) == 2
+    assert "this probe reads s3 runs" in capsys.readouterr().err
