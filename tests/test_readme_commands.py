@@ -144,7 +144,7 @@ def test_every_module_and_config_the_docs_name_exists():
     """docs/*.md and README.md name only entry points and configs that exist, and no machine's absolute paths."""
     for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         text = page.read_text()
-        for module in set(re.findall(r"-m (scripts(?:\.[a-z_]+)+)", text)):
+        for module in set(re.findall(r"-m (scripts(?:\.[a-z_][a-z0-9_]*)+)", text)):
             assert (ROOT / (module.replace(".", "/") + ".py")).is_file(), f"{page.name}: no module {module}"
         for config in set(re.findall(r"(configs/[a-z0-9_]+\.yaml)", text)):
             assert (ROOT / config).is_file(), f"{page.name}: no config {config}"
