@@ -96,6 +96,15 @@ def test_shard_searcher_without_ray(small_index, flat_reference, questions):
     assert [d["doc_id"] for d in docs] == [f"wiki-{g:06d}" for g in ids[0]]
 
 
+def same_hits(a: list[list[dict]], b: list[list[dict]]) -> bool:
+    """Per query, the same doc ids, titles and texts in order, and scores within 1e-5."""
+    strip = lambda hits: [{k: v for k, v in h.items() if k != "score"} for h in hits]
+    return len(a) == len(b) and all(
+        strip(x) == strip(y) and np.allclose([h["score"] for h in x], [h["score"] for h in y], atol=1e-5)
+        for x, y in zip(a, b)
+    )
+
+
 def test_concurrent_callers_are_micro_batched(ray_local, pool, questions):
     before = ray_local.get(pool.get_stats.remote())
     expected = ray_local.get(pool.search.remote(questions, 3))
@@ -153,7 +162,7 @@ def test_shard_killed_mid_request_is_restarted_and_request_succeeds(ray_local, s
         time.sleep(0.02)
     time.sleep(0.3)  # well inside the shards' 1.5 s search
     ray_local.kill(shards[0], no_restart=False)
-    assert ray_local.get(ref, timeout=120) == expected
+    assert same_hits(ray_local.get(ref, timeout=120), expected)
     stats = ray_local.get(pool.get_stats.remote())
     assert stats["retries"] >= 1 and stats["errors"] == 0
     for p in (pool, expected_pool):
@@ -176,7 +185,9 @@ def test_repeated_queries_reuse_cached_vectors(ray_local, pool, questions):
     first = ray_local.get(pool.search.remote(q, 3))
     second = ray_local.get(pool.search.remote(q, 3))
     hits = ray_local.get(pool.get_stats.remote())["cache_hits"] - before
-    assert first == second and first[0] == first[2]
+    # Same documents in the same order; scores to float32 rounding: FAISS may score two equal rows
+    # of one batch a last bit apart on some CPUs (CI saw 0.3019497 vs 0.3019496).
+    assert same_hits(first, second) and same_hits([first[0]], [first[2]])
     assert hits >= 3  # the whole second request
 
 
