@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     s3.add_argument("--cache", default=None, help="baseline cache (default <out>.cache.jsonl)")
     s3.add_argument("--report", default=None, help="report JSON (default <out>.report.json)")
     s3.add_argument("--concurrency", type=int, default=16, help="questions in flight (default 16)")
+    s3.add_argument("--keep-answered", type=float, default=0.0, metavar="SHARE",
+                    help="keep this share (0..1, seeded by `seed`) of the questions naive RAG already answers, "
+                         "with rag_gen_acc 1: Eq. 1 then costs a searcher that loses RAG's answer (default 0, the paper's)")
     s3.add_argument("--chat", type=_chat, default=None, help="frozen LLM chat template: auto|true|false (default auto)")
     add_config_args(s3, default_config=str(DEFAULT_CONFIG))
 
@@ -174,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
                 out = Path(args.out) if args.out else Path(cfg.run_dir) / "prepared" / f"s3_{name}.jsonl.gz"
                 report = prepare_s3(cfg, src, out, cache_path=args.cache, report_path=args.report,
                                     limit=args.limit, sample_seed=cfg.seed if args.sample else None,
+                                    keep_answered=args.keep_answered, seed=cfg.seed,
                                     concurrency=args.concurrency, chat=args.chat, progress=say)
             else:
                 src, name = _input_file(args, cfg)

@@ -82,6 +82,37 @@ def test_s3_filter_decisions_on_hand_made_rows():
     assert [e.id for e in filter_training_set(map(Ex, rows), lambda e: accs[e.id])] == [r["id"] for r in kept]
 
 
+def test_keep_answered_keeps_a_seeded_share_of_what_naive_rag_answers():
+    rows = [{"id": f"q{i}", "question": f"Q{i}?", "golden_answers": [f"a{i}"], "source": "nq" if i % 2 else "hotpotqa"}
+            for i in range(40)]
+    rows.append({"id": "yn", "question": "Is it?", "golden_answers": ["yes"], "source": "nq"})
+    accs = {f"q{i}": float(i < 30) for i in range(40)}  # 30 answered, 10 not
+    kept, counts = s3_filter_rows(rows, accs, keep_answered=0.2, seed=3)
+    answered_kept = [r for r in kept if r["rag_gen_acc"] == 1.0]
+    assert len(answered_kept) == 6 and len(kept) == 16  # round(0.2 * 30) + the 10 naive RAG fails
+    assert [r["id"] for r in kept] == [r["id"] for r in rows if r["id"] in {k["id"] for k in kept}]  # file order
+    assert {k: counts[k] for k in ("in", "yes_no_dropped", "answered_dropped", "answered_kept", "out")} == \
+        {"in": 41, "yes_no_dropped": 1, "answered_dropped": 24, "answered_kept": 6, "out": 16}
+    by_ds = counts["by_dataset"]
+    assert sum(d.get("answered_kept", 0) for d in by_ds.values()) == 6
+    assert sum(d.get("out", 0) for d in by_ds.values()) == 16
+    again, _ = s3_filter_rows(rows, accs, keep_answered=0.2, seed=3)
+    other, _ = s3_filter_rows(rows, accs, keep_answered=0.2, seed=4)
+    assert again == kept and {r["id"] for r in other} != {r["id"] for r in kept}  # seeded
+    assert len(s3_filter_rows(rows, accs, keep_answered=1.0)[0]) == 40
+    assert s3_filter_rows(rows, accs)[0] == [r for r in kept if r["rag_gen_acc"] == 0.0]  # default: the paper's
+    with pytest.raises(ValueError, match="keep_answered must be a share"):
+        s3_filter_rows(rows, accs, keep_answered=1.5)
+
+
+def test_bad_keep_answered_is_refused_by_the_cli(tmp_path, capsys):
+    from scripts.prepare_data import main
+
+    qa = write_jsonl(tmp_path / "qa.jsonl", [{"id": "a", "question": "q?", "golden_answers": ["x"]}])
+    assert main(["s3", "--input", str(qa), "--keep-answered", "-0.1", "--out", str(tmp_path / "o.jsonl.gz")]) == 2
+    assert "--keep-answered" in capsys.readouterr().err and not (tmp_path / "o.jsonl.gz").exists()
+
+
 def test_prepared_rag_gen_acc_reaches_the_s3_recipe_through_iter_qa(tmp_path):
     """Written as a row field, `rag_gen_acc` lands in QAExample.meta, which the agent loop passes to
     Recipe.start(meta=...): the s3 reward then uses it and never calls the generator for the baseline."""

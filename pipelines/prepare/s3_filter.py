@@ -17,6 +17,7 @@ Public names: ``S3_YES_NO``, ``S3_ANSWERED``, ``S3_KEPT``, ``s3_filter_decision`
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
@@ -70,29 +71,47 @@ def s3_filter_decision(golden_answers: Sequence[str], rag_gen_acc: float | None)
     return S3_ANSWERED if rag_gen_acc >= 1.0 else S3_KEPT
 
 
-def s3_filter_rows(rows: Sequence[Mapping[str, Any]], rag_gen_acc: Mapping[str, float]) -> tuple[list[dict], dict]:
+def s3_filter_rows(
+    rows: Sequence[Mapping[str, Any]],
+    rag_gen_acc: Mapping[str, float],
+    keep_answered: float = 0.0,
+    seed: int = 0,
+) -> tuple[list[dict], dict]:
     """Apply :func:`s3_filter_decision` to QA rows (s3 §4.1).
 
     Args:
         rows: QA rows (``id``, ``golden_answers``, ...), in order.
         rag_gen_acc: id → naive-RAG GenAcc for every row that is not yes/no.
+        keep_answered: share in [0, 1] of the questions naive RAG already answers to keep anyway
+            (a seeded sample of ``round(share * answered)``; 0 = the paper's filter). Under Eq. 1
+            with GenAcc such a question earns 0 when the searcher's context still answers it and
+            −1 when it loses the answer, so leaving RAG's context costs (s3 itself keeps none).
+        seed: the sample's seed.
 
     Returns:
         (kept rows in input order, each a copy with ``rag_gen_acc`` added; counts ``{"in",
-        "yes_no_dropped", "answered_dropped", "out", "by_dataset": {dataset: {...}}}``).
+        "yes_no_dropped", "answered_dropped", "answered_kept", "out", "by_dataset": {dataset:
+        {...}}}``; ``out`` counts every kept row, answered ones included).
+
+    Raises:
+        ValueError: ``keep_answered`` outside [0, 1]; a non-yes/no row without its baseline.
     """
+    if not 0.0 <= keep_answered <= 1.0:
+        raise ValueError(f"keep_answered must be a share in [0, 1], got {keep_answered}")
+    decisions = [s3_filter_decision(r["golden_answers"], rag_gen_acc.get(str(r["id"]))) for r in rows]
+    answered = [i for i, d in enumerate(decisions) if d == S3_ANSWERED]
+    rescued = set(random.Random(seed).sample(answered, round(keep_answered * len(answered))))
     kept: list[dict] = []
-    counts = {"in": 0, "yes_no_dropped": 0, "answered_dropped": 0, "out": 0}
+    counts = {"in": 0, "yes_no_dropped": 0, "answered_dropped": 0, "answered_kept": 0, "out": 0}
     by_ds: dict[str, Counter] = defaultdict(Counter)
     names = {S3_YES_NO: "yes_no_dropped", S3_ANSWERED: "answered_dropped", S3_KEPT: "out"}
-    for row in rows:
-        decision = s3_filter_decision(row["golden_answers"], rag_gen_acc.get(str(row["id"])))
-        counts["in"] += 1
-        counts[names[decision]] += 1
+    for i, (row, decision) in enumerate(zip(rows, decisions)):
         ds = by_ds[row_dataset(row)]
-        ds["in"] += 1
-        ds[names[decision]] += 1
-        if decision == S3_KEPT:
+        what = ["answered_kept", "out"] if i in rescued else [names[decision]]
+        for name in ["in", *what]:
+            counts[name] += 1
+            ds[name] += 1
+        if decision == S3_KEPT or i in rescued:
             kept.append({**row, "rag_gen_acc": float(rag_gen_acc[str(row["id"])])})
     counts["by_dataset"] = {k: dict(v) for k, v in sorted(by_ds.items())}
     return kept, counts
@@ -142,6 +161,8 @@ def prepare_s3(
     report_path: str | Path | None = None,
     limit: int | None = None,
     sample_seed: int | None = None,
+    keep_answered: float = 0.0,
+    seed: int = 0,
     concurrency: int = 16,
     chat: bool | None = None,
     pool: Any = None,
@@ -161,6 +182,8 @@ def prepare_s3(
             ``<out>.report.json``.
         limit: first N questions only; with ``sample_seed``, a seeded sample of N spread over the
             datasets (``read_qa_rows``). concurrency: questions in flight at once.
+        keep_answered, seed: keep this share of the questions naive RAG answers, a sample seeded
+            by ``seed`` (``s3_filter_rows``; 0 = the paper's filter).
         chat: frozen LLM prompt mode (None = when its tokenizer has a chat template).
         pool, generator, judge: running RetrievalPool / FrozenLLMWorker actors to use; None = start
             them from ``cfg`` when needed (never when every baseline is cached) and stop them at the
@@ -183,6 +206,8 @@ def prepare_s3(
     t0 = time.perf_counter()
     if concurrency < 1:
         raise PrepareError(f"concurrency must be >= 1, got {concurrency}")
+    if not 0.0 <= keep_answered <= 1.0:
+        raise PrepareError(f"keep_answered (--keep-answered) must be a share in [0, 1], got {keep_answered}")
     out_path = Path(out_path)
     if not out_path.name.endswith(".jsonl.gz"):
         raise PrepareError(f"output {out_path}: name it *.jsonl.gz (the data pack's QA format)")
@@ -214,7 +239,7 @@ def prepare_s3(
             scorer = ActorScorer(generator, generator if judge is None else judge)
             _s3_compute(pending, pool, scorer, rcfg, cache, results, concurrency, progress)
 
-    kept, counts = s3_filter_rows(rows, results)
+    kept, counts = s3_filter_rows(rows, results, keep_answered, seed)
     write_jsonl_gz(out_path, kept)
     accs = [results[r["id"]] for r in need]
     report = {
@@ -228,7 +253,7 @@ def prepare_s3(
     }
     write_json(report_path, report)
     progress(f"s3: kept {counts['out']} of {counts['in']} (yes/no {counts['yes_no_dropped']}, already answered by "
-             f"naive RAG {counts['answered_dropped']}) -> {out_path}")
+             f"naive RAG {counts['answered_dropped']} dropped, {counts['answered_kept']} kept) -> {out_path}")
     return report
 
 
