@@ -9,8 +9,8 @@ from scripts.probes.s3_rollouts import main
 
 
 def _traj(group: str, reward: float, turns: list[tuple[str, str | None]], *, docs: int, ctx: bool,
-          searches: int, found: bool) -> dict:
-    return {"group_id": group, "reward": reward,
+          searches: int, found: bool, rag: float = 0.0) -> dict:
+    return {"group_id": group, "reward": reward, "reward_components": {"gen_acc_s3": reward + rag, "gen_acc_rag": rag},
             "turns": [{"text": text, "query": query} for text, query in turns],
             "final": {"selected_doc_ids": [f"d{i}" for i in range(docs)],
                       "search": {"context_hit": ctx, "own_searches": searches, "found_by_search": found}}}
@@ -33,6 +33,11 @@ def _run(tmp_path, recipe: str = "s3"):
               docs=1, ctx=True, searches=1, found=False),
         _traj("b", 0.0, [("<important_info>[1, 3]</important_info><search_complete>True</search_complete>", None)],
               docs=2, ctx=False, searches=0, found=False),
+        # group c: naive RAG was right (a --keep-answered question); one sample keeps it, one loses it
+        _traj("c", 0.0, [("<important_info>[1, 3]</important_info><search_complete>True</search_complete>", None)],
+              docs=2, ctx=True, searches=0, found=False, rag=1.0),
+        _traj("c", -1.0, [("<important_info>[]</important_info><search_complete>True</search_complete>", None)],
+              docs=0, ctx=False, searches=0, found=False, rag=1.0),
     ]
     with gzip.open(run / "rollouts" / "step-3.jsonl.gz", "wt") as f:
         f.writelines(json.dumps(t) + "\n" for t in step)
@@ -43,15 +48,18 @@ def test_step_measures_from_saved_rollouts(tmp_path, capsys):
     run = _run(tmp_path)
     assert main([str(run), "--json"]) == 0
     row = json.loads(capsys.readouterr().out)
-    assert row["step"] == 3 and row["episodes"] == 4 and row["groups"] == 2
-    assert row["reward"] == 0.125 and row["docs"] == 2.0 and row["ctx_recall"] == 0.5
-    assert row["searches"] == 0.75 and row["found"] == 0.25 and row["distinct_q>1"] == 1
+    assert row["step"] == 3 and row["episodes"] == 6 and row["groups"] == 3
+    assert row["reward"] == -0.5 / 6 and row["docs"] == 10 / 6 and row["ctx_recall"] == 0.5
+    assert row["searches"] == 0.5 and row["found"] == 1 / 6 and row["distinct_q>1"] == 1
     assert row["whole_first"] == 1  # only group a's first sample wrote no <important_info> in turn 1
     assert row["search_sel"] == {"[2]": 2, "none": 1}  # the selections written after a search
+    assert row["first_sel"] == {"[1, 3]": 2, "[]": 2, "none": 1}  # commonest first; [1] (once) is cut
     assert row["tied"] == 1  # group b: 0.0 and 0.0
+    assert (row["lost"], row["rag_right"]) == (1, 2)  # group c: naive RAG right twice, the empty context lost it
     assert main([str(run), "--steps", "3"]) == 0
     table = capsys.readouterr().out
-    assert "| 3 | +0.125 | 2.0 | 0.50 | 0.75 | 1 of 4 | 0.25 | 1 of 4 | `[2]` 2, `none` 1 | 1 of 2 |" in table
+    assert ("| 3 | -0.083 | 1.7 | 0.50 | 0.50 | 1 of 6 | 0.17 | 1 of 6 | `[2]` 2, `none` 1 | 1 of 3 "
+            "| `[]` 2, `[1, 3]` 2, `none` 1 | 1 of 2 |") in table  # equal counts: first met first
 
 
 def test_bad_runs_and_steps_are_named(tmp_path, capsys):

@@ -11,7 +11,10 @@ Reads `<run>/config.yaml` (the recipe and its options, to parse each turn as tra
 - `found`: share of episodes where a search of its own returned a gold-holding document the top-k lacked;
 - `whole_first`: episodes whose first turn leaves the initial top-k unselected (read whole: naive RAG's context);
 - `search_sel`: the commonest selections written after a search (`none`: no `<important_info>`);
-- `tied`: GRPO groups whose samples all got the same reward (no gradient from them).
+- `tied`: GRPO groups whose samples all got the same reward (no gradient from them);
+- `first_sel`: the commonest selections of the first turn, among the initial top-k (`none`: read whole);
+- `lost`: of the episodes whose naive-RAG baseline was right (`gen_acc_rag` 1: questions kept with
+  `prepare_data s3 --keep-answered`), those whose selected context lost the answer (`gen_acc_s3` below it).
 
 No Ray, no engine, no index: what the rollouts hold is enough. Raises (exit 2): the run has no
 config.yaml or no rollouts, a step without a file, a run whose recipe is not s3.
@@ -57,6 +60,7 @@ def step_summary(recipe: Any, trajectories: list[dict]) -> dict[str, Any]:
     n = len(trajectories)
     groups: dict[str, list[float]] = defaultdict(list)
     search_sel: Counter[str] = Counter()
+    first_sel: Counter[str] = Counter()
     out = Counter()
     for t in trajectories:
         search = (t.get("final") or {}).get("search") or {}
@@ -70,12 +74,18 @@ def step_summary(recipe: Any, trajectories: list[dict]) -> dict[str, Any]:
         selections = [selected_ids(recipe.parse(turn["text"])) for turn in turns]
         out["whole_first"] += not turns or selections[0] is None
         search_sel.update(_selection_label(s) for s in selections[1:])
+        first_sel[_selection_label(selections[0] if turns else None)] += 1
+        parts = t.get("reward_components") or {}
+        if parts.get("gen_acc_rag", 0.0) >= 1.0:
+            out["rag_right"] += 1
+            out["lost"] += parts.get("gen_acc_s3", 0.0) < parts["gen_acc_rag"]
         queries = {q.strip().lower() for turn in turns if (q := turn.get("query"))}
         out["distinct_q>1"] += len(queries) > 1
     tied = sum(len(set(rewards)) == 1 for rewards in groups.values())
     means = {k: out[k] / n for k in ("reward", "docs", "ctx_recall", "searches", "found")} if n else {}
     return {"episodes": n, **means, "distinct_q>1": out["distinct_q>1"], "whole_first": out["whole_first"],
-            "search_sel": dict(search_sel.most_common(TOP_SELECTIONS)), "tied": tied, "groups": len(groups)}
+            "search_sel": dict(search_sel.most_common(TOP_SELECTIONS)), "tied": tied, "groups": len(groups),
+            "first_sel": dict(first_sel.most_common(TOP_SELECTIONS)), "lost": out["lost"], "rag_right": out["rag_right"]}
 
 
 def _steps(run: Path, wanted: str | None) -> list[int]:
@@ -111,17 +121,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if not args.json:
-        print("| step | reward | docs | ctx_recall | searches | distinct_q>1 | found | whole_first | search_sel | tied |")
-        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |")
+        print("| step | reward | docs | ctx_recall | searches | distinct_q>1 | found | whole_first | search_sel | tied "
+              "| first_sel | lost |")
+        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | ---: |")
     for step in steps:
         s = step_summary(recipe, _read(run / "rollouts" / f"step-{step}.jsonl.gz"))
         if args.json:
             print(json.dumps({"step": step, **s}))
             continue
-        sel = ", ".join(f"`{k}` {v}" for k, v in s["search_sel"].items()) or "-"
+        sel, first = (", ".join(f"`{k}` {v}" for k, v in s[c].items()) or "-" for c in ("search_sel", "first_sel"))
         print(f"| {step} | {s['reward']:+.3f} | {s['docs']:.1f} | {s['ctx_recall']:.2f} | {s['searches']:.2f} | "
               f"{s['distinct_q>1']} of {s['episodes']} | {s['found']:.2f} | {s['whole_first']} of {s['episodes']} | "
-              f"{sel} | {s['tied']} of {s['groups']} |")
+              f"{sel} | {s['tied']} of {s['groups']} | {first} | {s['lost']} of {s['rag_right']} |")
     return 0
 
 
