@@ -97,7 +97,8 @@ def test_shard_searcher_without_ray(small_index, flat_reference, questions):
 
 
 def same_hits(a: list[list[dict]], b: list[list[dict]]) -> bool:
-    """Per query, the same doc ids, titles and texts in order, and scores within 1e-5."""
+    """Per query, the same doc ids, titles and texts in order, and scores within 1e-5. Stricter than
+    `same_topk`, which leaves the run of documents at the cut unchecked: here the query vectors are equal."""
     strip = lambda hits: [{k: v for k, v in h.items() if k != "score"} for h in hits]
     return len(a) == len(b) and all(
         strip(x) == strip(y) and np.allclose([h["score"] for h in x], [h["score"] for h in y], atol=1e-5)
