@@ -101,6 +101,16 @@ class RemoteTimeoutError(TimeoutError):
     """A remote call did not finish within its deadline (`get_within`); names what and how long."""
 
 
+def actor_death_errors() -> tuple[type[BaseException], ...]:
+    """Ray's errors for a call whose actor's process died or is restarting: `RayActorError` (with
+    `ActorDiedError` and `ActorUnavailableError`) and `OutOfMemoryError`, which Ray raises instead when its
+    memory monitor killed the process (seen here: a rollout worker killed during a weight sync, stop 80).
+    An actor with `max_restarts` left comes back after either; `wait_restarted` waits for it."""
+    from ray.exceptions import OutOfMemoryError, RayActorError
+
+    return (RayActorError, OutOfMemoryError)
+
+
 def get_within(refs: Any, timeout_s: float | None, what: str) -> Any:
     """`ray.get(refs)` with a deadline of `timeout_s` seconds (None: wait for ever), failing fast:
     the first failed ref raises at once, while the others may still be running (a dead learner rank

@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 import secrets
 import time
+from collections.abc import Callable
+from typing import Any
 
 MARKER = "SEARCHRL_LOCAL_RAY"
 EXEC_WAIT_S = 0.5  # how long a process with an empty environment (mid-exec) is read again
@@ -41,7 +43,16 @@ def leftovers(marker: str | None = None, descendants: bool = False) -> list:
         return []
     me = psutil.Process()
     own = {me.pid} if descendants else {me.pid, *(p.pid for p in me.children(recursive=True))}
-    out, pending = [], [p for p in psutil.process_iter() if p.pid not in own]
+    return _marked([p for p in psutil.process_iter() if p.pid not in own], lambda p, found: found == marker)
+
+
+def _marked(processes: list, keep: Callable[[Any, str | None], bool]) -> list:
+    """The live processes of `processes` for which `keep(process, its MARKER value or None)` holds. A
+    process with an empty environment (mid-`exec`, see `leftovers`) is read again for up to `EXEC_WAIT_S`
+    seconds; zombies, vanished processes and other users' processes are left out."""
+    import psutil
+
+    out, pending = [], list(processes)
     deadline = time.monotonic() + EXEC_WAIT_S
     while pending:
         mid_exec = []
@@ -50,7 +61,7 @@ def leftovers(marker: str | None = None, descendants: bool = False) -> list:
                 env = p.environ()
                 if not env:
                     mid_exec.append(p)
-                elif env.get(MARKER) == marker and p.status() != psutil.STATUS_ZOMBIE:
+                elif keep(p, env.get(MARKER)) and p.status() != psutil.STATUS_ZOMBIE:
                     out.append(p)
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
@@ -75,16 +86,11 @@ def orphans_of_dead_programs() -> list:
     without a marker are never returned."""
     import psutil
 
-    out = []
-    for p in psutil.process_iter():
-        try:
-            marker = p.environ().get(MARKER)
-            pid = owner_pid(marker) if marker else None
-            if pid is not None and pid != p.pid and not psutil.pid_exists(pid) and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return out
+    def owner_gone(p: Any, marker: str | None) -> bool:
+        pid = owner_pid(marker) if marker else None
+        return pid is not None and pid != p.pid and not psutil.pid_exists(pid)
+
+    return _marked(list(psutil.process_iter()), owner_gone)
 
 
 def kill_processes(processes: list, timeout_s: float = 5.0) -> None:

@@ -33,7 +33,8 @@ def run_parts(workers: Sequence[Any], parts: Sequence[Sequence[Any]], submit: Ca
     """Run `parts[i]` on `workers[i % len(workers)]` with `submit(worker, part) -> ObjectRef` and
     return each part's result, in part order, with fault counts.
 
-    When a worker's actor dies (Ray's `RayActorError` / `ActorUnavailableError`), its part goes to
+    When a worker's actor dies (Ray's `RayActorError` / `ActorUnavailableError`, or `OutOfMemoryError`: Ray's
+    memory monitor killed it; `actors.lifecycle.actor_death_errors`), its part goes to
     the live worker with the fewest parts in flight; when every worker has died, to the dead one
     itself (Ray restarts it under `max_restarts`; once it answers `ready()`, which a worker must have),
     after `resync(worker)` gave it the current weights. A part whose result is `stale(result)` (episodes sampled with older
@@ -47,13 +48,11 @@ def run_parts(workers: Sequence[Any], parts: Sequence[Sequence[Any]], submit: Ca
 
     Raises:
         actors.lifecycle.RemoteTimeoutError: not done within `timeout_s`.
-        RayActorError / ActorUnavailableError: a part failed `max_attempts` times.
+        RayActorError / ActorUnavailableError / OutOfMemoryError: a part failed `max_attempts` times.
         Whatever else a worker raised (a bug in an episode is not retried).
     """
     import ray
-    from ray.exceptions import ActorUnavailableError, RayActorError
-
-    from actors.lifecycle import RemoteTimeoutError, wait_restarted
+    from actors.lifecycle import RemoteTimeoutError, actor_death_errors, wait_restarted
 
     if not workers:
         raise ValueError(f"{what}: no rollout workers")
@@ -92,7 +91,7 @@ def run_parts(workers: Sequence[Any], parts: Sequence[Sequence[Any]], submit: Ca
             resync(workers[w])
             send(i, w, attempt + 1)
             continue
-        except (RayActorError, ActorUnavailableError) as e:
+        except actor_death_errors() as e:
             faults["rollout_worker_deaths"] += 1
             if attempt >= max_attempts:
                 raise

@@ -52,10 +52,10 @@ def start_stream(trainer: Any, step: int, committed: Sequence[Sequence[int]] = (
         return trajs
 
     def on_failure(worker: Any, error: Exception) -> None:
-        from ray.exceptions import RayActorError
+        from actors.lifecycle import actor_death_errors
 
         trainer.faults["rollout_parts_rerun"] += 1
-        if isinstance(error, RayActorError):
+        if isinstance(error, actor_death_errors()):
             trainer.faults["rollout_worker_deaths"] += 1
 
     return RolloutStream(run_groups(trainer), submit, trainer.workers, cfg.train.questions_per_step,

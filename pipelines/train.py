@@ -296,6 +296,7 @@ class Trainer:
             timings["learner_idle_s"] = self.ahead.wait()
         self.on_phase("weight sync")
         sync = self.policy.sync_weights(self.workers, version=step + 1)  # fully: in flight, groups keep running
+        self.faults["rollout_worker_deaths"] += int(sync.get("sync_worker_restarts", 0))  # restarted, weights re-sent
         self.weight_version = step + 1
         if self.stream is not None:
             self.stream.set_version(step + 1)

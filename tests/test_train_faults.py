@@ -14,17 +14,26 @@ from tests.test_train import _tiny_run
 @pytest.mark.slow
 def test_killed_rollout_worker_then_learner_rank_are_rebuilt_and_their_steps_redone(small_index, tiny_gemma_dir,
                                                                                      tmp_path, monkeypatch):
-    """One 3-step run, two faults (one run instead of two: each fault's checks are as they were alone).
-    Step 2: the only rollout worker dies before its call; Ray restarts it with its starting weights, the step
-    sees the stale episodes, re-syncs it and re-runs its part, and the batch holds each (question, sample) once.
+    """One 3-step run, three faults (one run instead of three: each fault's checks are as they were alone).
+    Step 1's weight sync: the rollout worker dies as the weights are sent; Ray restarts it and the weights
+    are sent again (stop 80's run ended there). Step 2: the only rollout worker dies before its call; Ray
+    restarts it with its starting weights, the step sees the stale episodes, re-syncs it and re-runs its part, and the batch holds each (question, sample) once.
     Step 3: a learner rank dies after the step-2 checkpoint; the learners are rebuilt from it and step 3 is
     redone once, never half-applied."""
     import ray
 
+    from actors.learner.group import LearnerGroup
     from pipelines import train as train_mod
 
     original_rollout, original_step = train_mod.Trainer.rollout, train_mod.Trainer.step
+    original_sync = LearnerGroup.sync_weights
     killed = []
+
+    def sync_weights(self, rollout_workers, version):
+        if version == 1 and "sync" not in killed:  # step 1's sync: the worker dies as it is sent the weights
+            ray.kill(rollout_workers[0], no_restart=False)
+            killed.append("sync")
+        return original_sync(self, rollout_workers, version)
 
     def rollout(self, examples, recipe_options, n, temperature, seed):
         if self.weight_version == 1 and "worker" not in killed:  # step 2: the worker dies before its call
@@ -40,11 +49,13 @@ def test_killed_rollout_worker_then_learner_rank_are_rebuilt_and_their_steps_red
 
     monkeypatch.setattr(train_mod.Trainer, "rollout", rollout)
     monkeypatch.setattr(train_mod.Trainer, "step", step)
+    monkeypatch.setattr(LearnerGroup, "sync_weights", sync_weights)
     cfg = _tiny_run("configs/r1_searcher_cpu.yaml", small_index, tiny_gemma_dir, tmp_path, "train.total_steps=3",
                     "train.stages=[]", "train.eval_questions=0", "rollout.num_workers=1", "train.save_every=1")
     run_dir = train_mod.train(cfg, progress=False)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert killed == ["worker", "rank"] and [r["step"] for r in rows] == [1, 2, 3]  # step 3 redone once
+    assert killed == ["sync", "worker", "rank"] and [r["step"] for r in rows] == [1, 2, 3]  # step 3 redone once
+    assert rows[0]["faults/rollout_worker_deaths"] == 1, rows[0]  # the sync's death: waited for, weights sent again
     recovered = rows[1]["faults/rollout_stale_parts"] + rows[1]["faults/rollout_worker_deaths"]
     assert rows[0]["faults/rollout_stale_parts"] == 0 and recovered >= 1, rows[1]  # restarted and seen, or died mid-call
     assert rows[1]["rollout/episodes"] == 4  # 2 questions x 2 samples, none lost or duplicated

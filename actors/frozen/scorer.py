@@ -201,7 +201,8 @@ class ThreadScorer:
 class ActorScorer:
     """The synchronous `Scorer` interface over FrozenLLM Ray actors (`FrozenLLMWorker` handles).
 
-    A call whose actor died or is restarting (Ray's `RayActorError` / `ActorUnavailableError`) is
+    A call whose actor died or is restarting (`actors.lifecycle.actor_death_errors`: Ray's `RayActorError` /
+    `ActorUnavailableError`, or `OutOfMemoryError` when Ray's memory monitor killed it) is
     retried `retries` times, `backoff_s` * 2**attempt seconds apart (answers are greedy and cached, so
     a retry gives the same answer); `on_retry()` is called before each retry (fault counters).
     """
@@ -216,12 +217,13 @@ class ActorScorer:
         import time
 
         import ray
-        from ray.exceptions import ActorUnavailableError, RayActorError
+
+        from actors.lifecycle import actor_death_errors
 
         for attempt in range(self.retries + 1):
             try:
                 return ray.get(method.remote(*args), timeout=self.timeout_s)
-            except (RayActorError, ActorUnavailableError) as e:
+            except actor_death_errors() as e:
                 if attempt == self.retries:
                     raise
                 logging.getLogger(__name__).warning("frozen LLM call failed (%s); retry %d/%d", type(e).__name__,

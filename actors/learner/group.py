@@ -12,6 +12,7 @@ broadcasts into vLLM's workers instead (`actors.learner.nccl_sync`).
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -25,6 +26,8 @@ from actors.learner.critic import CriticLearner
 from actors.learner.policy import PolicyLearner
 from actors.lifecycle import SHUTDOWN_TIMEOUT_S, ActorSet
 from configs.schema import LearnerConfig
+
+log = logging.getLogger(__name__)
 
 
 class LearnerRankError(RuntimeError):
@@ -124,13 +127,11 @@ class LearnerGroup:
         Raises:
             LearnerRankError: a rank (or its node) died.
             actors.lifecycle.RemoteTimeoutError: past `timeout_s` (default `call_timeout_s`)."""
-        from ray.exceptions import ActorUnavailableError, RayActorError
-
-        from actors.lifecycle import get_within
+        from actors.lifecycle import actor_death_errors, get_within
 
         try:
             return get_within(refs, timeout_s or self.call_timeout_s, f"{self.role} learner ranks: {method}")
-        except (RayActorError, ActorUnavailableError) as e:
+        except actor_death_errors() as e:
             raise LearnerRankError(f"{self.role} learner: a rank died during {method} ({type(e).__name__}); "
                                    "its update is void") from e
 
@@ -171,21 +172,23 @@ class LearnerGroup:
     def sync_weights(self, rollout_workers: Sequence[Any], version: int) -> dict[str, float]:
         """Send the policy's weights to every RolloutWorker (`update_weights`) with `version`.
 
+        A worker that dies while it loads them (an OOM kill, here) is waited for while Ray restarts it and
+        sent them again (`load_weights_into`).
+
         Returns:
-            {"sync_gather_s", "sync_load_s", "sync_s", "sync_bytes"}: seconds to gather the weights
-            into the object store on rank 0, seconds until every worker loaded them, the total, and
-            the bytes sent once.
+            {"sync_gather_s", "sync_load_s", "sync_s", "sync_bytes", "sync_worker_restarts"}: seconds to
+            gather the weights into the object store on rank 0, seconds until every worker loaded them,
+            the total, the bytes sent once, and the workers that died and were sent them again.
 
         Raises:
             LearnerRankError: a rank died while gathering.
             RuntimeError: a worker reports another version.
+            RayActorError / OutOfMemoryError: a worker died on every try (no restarts left).
         """
         if self.config.weight_sync == "nccl":  # GPU: rank 0 broadcasts into the engines (actors.learner.nccl_sync)
             from actors.learner.nccl_sync import sync_over_nccl
 
             return sync_over_nccl(self, rollout_workers, version)
-        from actors.lifecycle import get_within
-
         if self.role != "policy":
             raise ValueError("sync_weights: only the policy group has weights for the rollout workers")
         t0 = time.perf_counter()
@@ -193,15 +196,17 @@ class LearnerGroup:
         size = self._get([size_ref for size_ref, _ in pairs], "sync_payload")[0]  # a dead rank raises here
         weights_ref = pairs[0][1]  # rank 0's weights stay in the object store: the workers read them from there
         del pairs
+        # Before the workers load: the ranks hand back the update's freed heap and their gathered copies, so the
+        # node's peak is lower while a worker loads (stop 80 and 81: Ray's memory monitor killed the worker there).
+        self._all("trim_memory")
         t1 = time.perf_counter()
-        versions = get_within([w.update_weights.remote(weights_ref, version) for w in rollout_workers],
-                              self.call_timeout_s, f"rollout workers: loading weights version {version}")
+        versions, restarts = load_weights_into(rollout_workers, weights_ref, version, self.call_timeout_s)
         t2 = time.perf_counter()
         del weights_ref  # the last reference: the object store frees the weights
         if any(v != version for v in versions):
             raise RuntimeError(f"sync_weights: workers report versions {versions}, expected {version}")
-        self._all("trim_memory")  # the ranks' gathered copies, with the step's batch
-        return {"sync_gather_s": t1 - t0, "sync_load_s": t2 - t1, "sync_s": t2 - t0, "sync_bytes": float(size)}
+        return {"sync_gather_s": t1 - t0, "sync_load_s": t2 - t1, "sync_s": t2 - t0, "sync_bytes": float(size),
+                "sync_worker_restarts": float(restarts)}
 
     def save_checkpoint(self, directory: str, hf: bool = True) -> str:
         """Every rank writes its DeepSpeed shard; rank 0 the Hugging Face model (unless `hf` is False:
@@ -227,3 +232,42 @@ class LearnerGroup:
             self._ranks.stop(timeout_s=timeout_s)
         finally:
             remove_placement_group(self.placement_group)
+
+
+def load_weights_into(workers: Sequence[Any], weights_ref: Any, version: int, timeout_s: float | None,
+                      max_attempts: int = 3) -> tuple[list[int], int]:
+    """Every RolloutWorker's `update_weights(weights_ref, version)`; a worker whose process dies meanwhile
+    (`actors.lifecycle.actor_death_errors`) is waited for while Ray restarts it (`max_restarts`) and asked
+    again: the restarted worker holds its starting weights, and the run goes on instead of ending.
+
+    Args:
+        weights_ref: the ObjectRef of the weights (the workers read them from the object store).
+        timeout_s: each wait's deadline in seconds (`ray.call_timeout_s`; None: none).
+        max_attempts: tries per worker before its last error is raised.
+
+    Returns:
+        (the versions the workers report, in order; how many times a worker died and was asked again).
+
+    Raises:
+        actors.lifecycle.RemoteTimeoutError: a worker did not answer or restart within `timeout_s`.
+        RayActorError / OutOfMemoryError: a worker died on each of `max_attempts` tries.
+    """
+    from actors.lifecycle import actor_death_errors, get_within, wait_restarted
+
+    what = f"rollout workers: loading weights version {version}"
+    refs = [w.update_weights.remote(weights_ref, version) for w in workers]
+    versions, restarts = [], 0
+    for i, (worker, ref) in enumerate(zip(workers, refs)):
+        for attempt in range(1, max_attempts + 1):
+            try:
+                versions.append(int(get_within(ref, timeout_s, what)))
+                break
+            except actor_death_errors() as e:
+                if attempt == max_attempts:
+                    raise
+                restarts += 1
+                log.warning("%s: worker %d died (%s); sending them again once Ray has restarted it", what, i,
+                            type(e).__name__)
+                wait_restarted(worker, timeout_s, f"{what}: restarted worker {i}")
+                ref = worker.update_weights.remote(weights_ref, version)
+    return versions, restarts

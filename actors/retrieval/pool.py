@@ -215,14 +215,15 @@ class RetrievalPool:
         return out
 
     async def _call(self, actors: list, i: int, method: str, *args):
-        """Call `actors[i].method`; on actor death wait for Ray to restart it and retry."""
-        from ray.exceptions import ActorUnavailableError, RayActorError
+        """Call `actors[i].method`; on actor death (`actors.lifecycle.actor_death_errors`, an OOM kill included)
+        wait for Ray to restart it and retry."""
+        from actors.lifecycle import actor_death_errors
 
         retries = self.cfg["max_retries"]
         for attempt in range(retries + 1):
             try:
                 return await getattr(actors[i], method).remote(*args)
-            except (RayActorError, ActorUnavailableError) as e:
+            except actor_death_errors() as e:
                 if attempt == retries:
                     what = f"shard {i} ({self.manifest.shards[i].name} of {self.index_dir})" if actors is self.shards else f"query encoder {i}"
                     raise ShardUnavailableError(

@@ -406,8 +406,7 @@ def pool_searcher(pool: Any, retries: int = 3, backoff_s: float = 1.0,
     """
     import logging
 
-    from ray.exceptions import ActorUnavailableError, RayActorError
-
+    from actors.lifecycle import actor_death_errors
     from actors.retrieval.shard import ShardUnavailableError
 
     async def search(query: str, k: int):
@@ -415,7 +414,7 @@ def pool_searcher(pool: Any, retries: int = 3, backoff_s: float = 1.0,
         for attempt in range(retries + 1):
             try:
                 return (await pool.search.remote([query], k))[0]
-            except (ShardUnavailableError, RayActorError, ActorUnavailableError) as e:
+            except (ShardUnavailableError, *actor_death_errors()) as e:
                 if attempt == retries:
                     raise
                 logging.getLogger(__name__).warning("search failed (%s: %s); retry %d/%d", type(e).__name__, e,
