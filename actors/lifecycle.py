@@ -101,6 +101,11 @@ class RemoteTimeoutError(TimeoutError):
     """A remote call did not finish within its deadline (`get_within`); names what and how long."""
 
 
+OOM_RESTART_WAIT_S = 300.0
+"""Seconds `wait_restarted` keeps asking an actor that Ray's memory monitor killed (a rollout worker with its vLLM
+engine starts in under a minute here)."""
+
+
 def actor_death_errors() -> tuple[type[BaseException], ...]:
     """Ray's errors for a call whose actor's process died or is restarting: `RayActorError` (with
     `ActorDiedError` and `ActorUnavailableError`) and `OutOfMemoryError`, which Ray raises instead when its
@@ -148,19 +153,25 @@ def _name(handle: Any) -> str:
     return repr(handle)  # Ray's repr names the class and the actor id
 
 
-def wait_restarted(handle: Any, timeout_s: float | None, what: str, poll_s: float = 1.0) -> Any:
+def wait_restarted(handle: Any, timeout_s: float | None, what: str, poll_s: float = 1.0,
+                   oom_wait_s: float | None = None) -> Any:
     """Wait until an actor answers `ready()`, also while Ray is restarting it (`max_restarts`): a call to a
     restarting actor fails at once with `ActorUnavailableError` (seen in the chaos run: a weight sync sent to a
-    rollout worker killed 3 s earlier), so it is asked again every `poll_s` seconds.
+    rollout worker killed 3 s earlier), so it is asked again every `poll_s` seconds. After Ray's memory monitor
+    killed it, a call fails with the kill's `OutOfMemoryError` instead (seen: stop 81, `ready()` sent to a rollout
+    worker killed during a weight sync); that is asked again for up to `oom_wait_s` seconds (default
+    `OOM_RESTART_WAIT_S`), not `timeout_s`, since an actor with no restarts left answers the same for ever.
 
     Returns:
         What `ready()` returned.
     Raises:
         RemoteTimeoutError: not ready within `timeout_s` seconds (None: no deadline); names `what`.
         RayActorError: the actor died for good (no restarts left).
+        OutOfMemoryError: still the memory monitor's error after `oom_wait_s` seconds.
     """
-    from ray.exceptions import ActorUnavailableError
+    from ray.exceptions import ActorUnavailableError, OutOfMemoryError
 
+    oom_wait_s = OOM_RESTART_WAIT_S if oom_wait_s is None else oom_wait_s
     t0 = time.monotonic()
     while True:
         left = None if timeout_s is None else timeout_s - (time.monotonic() - t0)
@@ -170,4 +181,8 @@ def wait_restarted(handle: Any, timeout_s: float | None, what: str, poll_s: floa
         try:
             return get_within(handle.ready.remote(), left, what)
         except ActorUnavailableError:
+            time.sleep(poll_s)
+        except OutOfMemoryError:
+            if time.monotonic() - t0 >= oom_wait_s:
+                raise
             time.sleep(poll_s)

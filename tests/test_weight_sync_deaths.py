@@ -1,7 +1,8 @@
 """A weight sync survives a rollout worker that dies while it loads the weights
 (`actors.learner.group.load_weights_into`): Ray restarts the worker, the weights are sent again, and
 the run goes on (stop 80's run ended here when Ray's memory monitor killed the worker). Ray's
-`OutOfMemoryError` counts as a death there and in a rollout batch (`pipelines.rollout_dispatch`).
+`OutOfMemoryError` counts as a death there and in a rollout batch (`pipelines.rollout_dispatch`), and
+`actors.lifecycle.wait_restarted` asks an actor that answers with it again for a bounded time.
 Real Ray actors; a death is `os._exit` (no cleanup runs)."""
 
 from __future__ import annotations
@@ -16,17 +17,18 @@ class LoadingWorker:
     """A rollout worker's weight-loading surface. `fail`: "exit" = its process exits on the first
     `update_weights` of the test (a marker file keeps the restarted one alive), "always_exit" = on
     every call, "oom" = the first call raises Ray's OutOfMemoryError (what the caller sees when Ray's
-    memory monitor killed it), "never"."""
+    memory monitor killed it) and so does the first `ready()` after it (seen while Ray restarted such a worker),
+    "always_oom" = every `ready()` raises it, "never"."""
 
     def __init__(self, fail: str, marker: str):
         self.fail, self.marker = fail, marker
         self.version = 0
 
-    def _first_call(self) -> bool:
+    def _first_call(self, suffix: str = "") -> bool:
         import os
 
-        first = not os.path.exists(self.marker)
-        open(self.marker, "a").close()
+        first = not os.path.exists(self.marker + suffix)
+        open(self.marker + suffix, "a").close()
         return first
 
     def update_weights(self, weights, version: int) -> int:
@@ -50,6 +52,10 @@ class LoadingWorker:
         return [(self.version, item) for item in part]
 
     def ready(self) -> int:
+        from ray.exceptions import OutOfMemoryError
+
+        if self.fail == "always_oom" or (self.fail == "oom" and self._first_call(".ready")):
+            raise OutOfMemoryError("1 worker(s) were killed due to the node running low on memory")
         return self.version
 
 
@@ -70,6 +76,21 @@ def test_a_worker_that_keeps_dying_while_loading_raises_after_max_attempts(ray_l
     worker = ray_local.remote(max_restarts=-1)(LoadingWorker).remote("always_exit", str(tmp_path / "a"))
     with pytest.raises(RayActorError):
         load_weights_into([worker], ray_local.put({"w": 1.0}), 5, timeout_s=120, max_attempts=2)
+
+
+@pytest.mark.slow
+def test_waiting_for_an_oom_killed_actor_gives_up_after_oom_wait_s(ray_local, tmp_path):
+    import time
+
+    from ray.exceptions import OutOfMemoryError
+
+    from actors.lifecycle import wait_restarted
+
+    worker = ray_local.remote(LoadingWorker).remote("always_oom", str(tmp_path / "a"))
+    t0 = time.monotonic()
+    with pytest.raises(OutOfMemoryError):
+        wait_restarted(worker, 120, "test worker", poll_s=0.2, oom_wait_s=2.0)
+    assert 2.0 <= time.monotonic() - t0 < 30  # bounded by oom_wait_s, not by the 120 s deadline
 
 
 @pytest.mark.slow
