@@ -34,7 +34,7 @@ from pipelines.run_dir import cfg_to_yaml, new_run_dir, resume_checkpoint  # noq
 from pipelines.rollout_ahead import RolloutAhead, staleness_metrics
 from pipelines.run_loop import run_loop
 from pipelines.train_checks import TrainConfigError, check_data, validate  # noqa: F401 - public here too
-from pipelines.train_metrics import recipe_searches
+from pipelines.train_metrics import fault_metrics, recipe_searches
 from pipelines.step_schedule import batch_indices, stage_at, total_steps  # noqa: F401 - public here too
 
 VISITS = "train/question_visits"  # questions trained on so far (a group of samples is one visit)
@@ -209,8 +209,8 @@ class Trainer:
         """`faults/*` counts since the last call (`pipelines.train_metrics.fault_metrics`)."""
         import ray
 
-        from pipelines.train_metrics import fault_metrics
-
+        # rollout workers that died in any weight sync (a step's, a resync's), restarted and sent the weights again
+        self.faults["rollout_worker_deaths"] += self.policy.take_worker_restarts()
         try:  # shard calls the pool retried through a shard's restart (a running total there)
             retries = int(ray.get(self.pool.get_stats.remote(), timeout=60).get("retries", 0))
             self.faults["shard_retries"] += max(0, retries - self.pool_retries)
@@ -296,7 +296,6 @@ class Trainer:
             timings["learner_idle_s"] = self.ahead.wait()
         self.on_phase("weight sync")
         sync = self.policy.sync_weights(self.workers, version=step + 1)  # fully: in flight, groups keep running
-        self.faults["rollout_worker_deaths"] += int(sync.get("sync_worker_restarts", 0))  # restarted, weights re-sent
         self.weight_version = step + 1
         if self.stream is not None:
             self.stream.set_version(step + 1)

@@ -95,6 +95,7 @@ class LearnerGroup:
         if role not in classes:
             raise ValueError(f"LearnerGroup role must be one of {sorted(classes)}, got {role!r}")
         self.role, self.call_timeout_s = role, call_timeout_s
+        self.worker_restarts = 0  # rollout workers that died in a weight sync and were sent the weights again
         self.config = config if isinstance(config, LearnerConfig) else LearnerConfig(**dict(config))
         c, world = self.config, self.config.num_ranks
         bundle = {"CPU": c.cpus_per_rank, **({"GPU": c.gpus_per_rank} if c.gpus_per_rank else {})}
@@ -173,12 +174,12 @@ class LearnerGroup:
         """Send the policy's weights to every RolloutWorker (`update_weights`) with `version`.
 
         A worker that dies while it loads them (an OOM kill, here) is waited for while Ray restarts it and
-        sent them again (`load_weights_into`).
+        sent them again (`load_weights_into`); `take_worker_restarts()` counts them.
 
         Returns:
-            {"sync_gather_s", "sync_load_s", "sync_s", "sync_bytes", "sync_worker_restarts"}: seconds to
-            gather the weights into the object store on rank 0, seconds until every worker loaded them,
-            the total, the bytes sent once, and the workers that died and were sent them again.
+            {"sync_gather_s", "sync_load_s", "sync_s", "sync_bytes"}: seconds to gather the weights
+            into the object store on rank 0, seconds until every worker loaded them, the total, and
+            the bytes sent once.
 
         Raises:
             LearnerRankError: a rank died while gathering.
@@ -201,12 +202,17 @@ class LearnerGroup:
         self._all("trim_memory")
         t1 = time.perf_counter()
         versions, restarts = load_weights_into(rollout_workers, weights_ref, version, self.call_timeout_s)
+        self.worker_restarts += restarts
         t2 = time.perf_counter()
         del weights_ref  # the last reference: the object store frees the weights
         if any(v != version for v in versions):
             raise RuntimeError(f"sync_weights: workers report versions {versions}, expected {version}")
-        return {"sync_gather_s": t1 - t0, "sync_load_s": t2 - t1, "sync_s": t2 - t0, "sync_bytes": float(size),
-                "sync_worker_restarts": float(restarts)}
+        return {"sync_gather_s": t1 - t0, "sync_load_s": t2 - t1, "sync_s": t2 - t0, "sync_bytes": float(size)}
+
+    def take_worker_restarts(self) -> int:
+        """Rollout workers that died during a weight sync and were sent the weights again, since the last call."""
+        count, self.worker_restarts = self.worker_restarts, 0
+        return count
 
     def save_checkpoint(self, directory: str, hf: bool = True) -> str:
         """Every rank writes its DeepSpeed shard; rank 0 the Hugging Face model (unless `hf` is False:
