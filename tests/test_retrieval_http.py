@@ -233,7 +233,7 @@ def test_health(served):
 
 
 def _pool_errors():
-    from ray.exceptions import RayActorError, RayTaskError
+    from ray.exceptions import OutOfMemoryError, RayActorError, RayTaskError
 
     from actors.retrieval.shard import RetrievalRequestError, ShardUnavailableError
 
@@ -244,6 +244,7 @@ def _pool_errors():
         (remote(RetrievalRequestError("k (topk) must be an integer in 1..100, got 0")), 400, "k (topk) must be"),
         (remote(ShardUnavailableError("shard 1 (shard-00001) is down")), 503, "shard 1 (shard-00001) is down"),
         (RayActorError(), 503, "retrieval pool actor is unavailable"),
+        (OutOfMemoryError("killed by the memory monitor"), 503, "unavailable (OutOfMemoryError)"),
         (None, 504, "retrieval.request_timeout_s=0.05 s"),
     ]
 

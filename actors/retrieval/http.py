@@ -20,7 +20,7 @@ import urllib.request
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from ray import serve
-from ray.exceptions import RayActorError
+from ray.exceptions import OutOfMemoryError, RayActorError
 
 from actors.retrieval.request import MalformedBodyError, RetrieveRequest, parse_body
 from actors.retrieval.shard import RetrievalRequestError, ShardUnavailableError
@@ -91,7 +91,8 @@ async def await_pool(call, timeout_s: float):
 
     Raises:
         HTTPException: 400 with the message of a `RetrievalRequestError`; 503 for a
-            `ShardUnavailableError` (its message) or a dead pool actor; 504 after `timeout_s`.
+            `ShardUnavailableError` (its message) or a dead pool actor (also one Ray's
+            memory monitor killed); 504 after `timeout_s`.
     """
     try:
         return await asyncio.wait_for(asyncio.ensure_future(call), timeout_s)
@@ -101,7 +102,7 @@ async def await_pool(call, timeout_s: float):
         raise HTTPException(400, str(getattr(e, "cause", e))) from None
     except ShardUnavailableError as e:
         raise HTTPException(503, str(getattr(e, "cause", e))) from None
-    except RayActorError as e:  # includes ActorUnavailableError
+    except (RayActorError, OutOfMemoryError) as e:  # ActorUnavailableError too; OOM: the memory monitor's kill
         raise HTTPException(503, f"retrieval pool actor is unavailable ({type(e).__name__})") from None
 
 
