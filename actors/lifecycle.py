@@ -106,6 +106,11 @@ OOM_RESTART_WAIT_S = 300.0
 engine starts in under a minute here)."""
 
 
+class ActorNotRestartedError(RuntimeError):
+    """An actor that Ray's memory monitor killed did not come back within `OOM_RESTART_WAIT_S` (`wait_restarted`):
+    it has used its `max_restarts` (`ray.max_restarts`), or cannot start again. Names the actor and the fix."""
+
+
 def actor_death_errors() -> tuple[type[BaseException], ...]:
     """Ray's errors for a call whose actor's process died or is restarting: `RayActorError` (with
     `ActorDiedError` and `ActorUnavailableError`) and `OutOfMemoryError`, which Ray raises instead when its
@@ -167,7 +172,8 @@ def wait_restarted(handle: Any, timeout_s: float | None, what: str, poll_s: floa
     Raises:
         RemoteTimeoutError: not ready within `timeout_s` seconds (None: no deadline); names `what`.
         RayActorError: the actor died for good (no restarts left).
-        OutOfMemoryError: still the memory monitor's error after `oom_wait_s` seconds.
+        ActorNotRestartedError: still the memory monitor's error after `oom_wait_s` seconds (from the
+            `OutOfMemoryError`).
     """
     from ray.exceptions import ActorUnavailableError, OutOfMemoryError
 
@@ -182,7 +188,12 @@ def wait_restarted(handle: Any, timeout_s: float | None, what: str, poll_s: floa
             return get_within(handle.ready.remote(), left, what)
         except ActorUnavailableError:
             time.sleep(poll_s)
-        except OutOfMemoryError:
-            if time.monotonic() - t0 >= oom_wait_s:
-                raise
+        except OutOfMemoryError as e:
+            waited = time.monotonic() - t0
+            if waited >= oom_wait_s:
+                raise ActorNotRestartedError(
+                    f"{what}: {_name(handle)} still answers Ray's OutOfMemoryError {waited:.0f} s after its memory "
+                    "monitor killed it: it has no restarts left or cannot start again. Each kill uses one of "
+                    "ray.max_restarts (a run resumes with a larger ray.max_restarts=N); or lower the node's "
+                    "memory use (docs/reliability.md)") from e
             time.sleep(poll_s)

@@ -84,13 +84,14 @@ def test_waiting_for_an_oom_killed_actor_gives_up_after_oom_wait_s(ray_local, tm
 
     from ray.exceptions import OutOfMemoryError
 
-    from actors.lifecycle import wait_restarted
+    from actors.lifecycle import ActorNotRestartedError, wait_restarted
 
     worker = ray_local.remote(LoadingWorker).remote("always_oom", str(tmp_path / "a"))
     t0 = time.monotonic()
-    with pytest.raises(OutOfMemoryError):
+    with pytest.raises(ActorNotRestartedError, match="ray.max_restarts") as info:
         wait_restarted(worker, 120, "test worker", poll_s=0.2, oom_wait_s=2.0)
     assert 2.0 <= time.monotonic() - t0 < 30  # bounded by oom_wait_s, not by the 120 s deadline
+    assert isinstance(info.value.__cause__, OutOfMemoryError) and "test worker" in str(info.value)
 
 
 @pytest.mark.slow
