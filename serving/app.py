@@ -25,7 +25,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from ray import serve
-from ray.exceptions import OutOfMemoryError, RayActorError
 from ray.serve.exceptions import (
     BackPressureError,
     DeploymentUnavailableError,
@@ -35,6 +34,7 @@ from ray.serve.exceptions import (
 from actors.engines.base import Sampling
 from actors.engines.spec import EngineHolder, engine_spec
 from actors.frozen.worker import FrozenLLMWorker
+from actors.lifecycle import actor_death_errors
 from actors.rollout.agent_loop import RolloutLimits
 from serving.api import ApiSettings, make_api
 from serving.auth import TOKEN_ENV, token_from_env
@@ -53,8 +53,8 @@ _READY_TIMEOUT_S = 10.0  # /health waits this long for each deployment's answer
 _STOP_POLL = {"graceful_shutdown_wait_loop_s": 0.5}  # in-flight requests polled every 0.5 s, not 2 s
 _STOP_ENGINE = {**_STOP_POLL, "graceful_shutdown_timeout_s": 10.0}  # the engine's shutdown (s) fits in it
 _STOP_QUICK = {**_STOP_POLL, "graceful_shutdown_timeout_s": 3.0}  # no engine: short requests only (s)
-# a replica died (OutOfMemoryError: Ray's memory monitor killed it) or none is up
-_LOST = (RayActorError, OutOfMemoryError, DeploymentUnavailableError, ReplicaUnavailableError)
+# a replica died (also by Ray's memory monitor: OutOfMemoryError) or none is up
+_LOST = (*actor_death_errors(), DeploymentUnavailableError, ReplicaUnavailableError)
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=1000, **_STOP_QUICK)

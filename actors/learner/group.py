@@ -257,6 +257,7 @@ def load_weights_into(workers: Sequence[Any], weights_ref: Any, version: int, ti
     Raises:
         actors.lifecycle.RemoteTimeoutError: a worker did not answer or restart within `timeout_s`.
         RayActorError / OutOfMemoryError: a worker died on each of `max_attempts` tries.
+        actors.lifecycle.ActorNotRestartedError: a killed worker did not come back (no restarts left).
     """
     from actors.lifecycle import actor_death_errors, get_within, wait_restarted
 

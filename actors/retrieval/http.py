@@ -20,8 +20,8 @@ import urllib.request
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from ray import serve
-from ray.exceptions import OutOfMemoryError, RayActorError
 
+from actors.lifecycle import actor_death_errors
 from actors.retrieval.request import MalformedBodyError, RetrieveRequest, parse_body
 from actors.retrieval.shard import RetrievalRequestError, ShardUnavailableError
 
@@ -102,7 +102,7 @@ async def await_pool(call, timeout_s: float):
         raise HTTPException(400, str(getattr(e, "cause", e))) from None
     except ShardUnavailableError as e:
         raise HTTPException(503, str(getattr(e, "cause", e))) from None
-    except (RayActorError, OutOfMemoryError) as e:  # ActorUnavailableError too; OOM: the memory monitor's kill
+    except actor_death_errors() as e:  # ActorUnavailableError too; OutOfMemoryError: the memory monitor's kill
         raise HTTPException(503, f"retrieval pool actor is unavailable ({type(e).__name__})") from None
 
 
