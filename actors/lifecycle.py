@@ -121,6 +121,23 @@ def actor_death_errors() -> tuple[type[BaseException], ...]:
     return (RayActorError, OutOfMemoryError)
 
 
+def restarted_by_ray() -> bool:
+    """Whether the calling Ray actor's process is one Ray started again after a death (its `max_restarts`), by
+    `RuntimeContext.was_current_actor_reconstructed`; False outside a Ray actor, or when the GCS does not answer
+    (logged). A restart between calls (the memory monitor killing an idle rollout worker during the learner's
+    update, stop 82) is seen by no caller; the restarted actor counts itself with this."""
+    try:
+        import ray
+
+        if not ray.is_initialized():
+            return False
+        context = ray.get_runtime_context()
+        return context.get_actor_id() is not None and bool(context.was_current_actor_reconstructed)
+    except Exception as e:  # noqa: BLE001 - a count, never a reason for the actor not to start
+        log.warning("could not ask Ray whether this actor was restarted: %s", e)
+        return False
+
+
 def get_within(refs: Any, timeout_s: float | None, what: str) -> Any:
     """`ray.get(refs)` with a deadline of `timeout_s` seconds (None: wait for ever), failing fast:
     the first failed ref raises at once, while the others may still be running (a dead learner rank

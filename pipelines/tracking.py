@@ -23,14 +23,18 @@ class Tracker:
         run_dir: the run directory.
         cfg: the run's config (`train.wandb`; the whole config is the wandb run's config).
         wandb_id: the wandb run id to continue (resume), or None for a new run.
-        resumed: keep the existing metrics.jsonl lines (a resumed run appends after them).
+        resumed_at: the checkpoint's step when resuming: the existing rows up to it are kept and the later
+            ones (logged after that checkpoint by the stopped run, and redone now) dropped; None for a new run,
+            which starts the file afresh.
     """
 
-    def __init__(self, run_dir: Path, cfg: Config, wandb_id: str | None = None, resumed: bool = False):
+    def __init__(self, run_dir: Path, cfg: Config, wandb_id: str | None = None, resumed_at: int | None = None):
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / "metrics.jsonl"
-        if not resumed and self.path.exists():
-            self.path.unlink()
+        if resumed_at is None:
+            self.path.unlink(missing_ok=True)
+        elif self.path.exists():
+            keep_rows_through(self.path, resumed_at)
         self.wandb_run = None
         self.wandb_id = wandb_id
         wb = cfg.train.wandb
@@ -72,6 +76,37 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
             row = json.loads(line)
             rows[int(row["step"])] = row
     return [rows[k] for k in sorted(rows)]
+
+
+def keep_rows_through(path: Path, step: int) -> int:
+    """Rewrite a metrics.jsonl keeping its rows up to `step` (a line that does not parse, one torn by a
+    kill, goes too). Returns the number of lines dropped."""
+    kept, dropped = [], 0
+    for line in Path(path).read_text(errors="replace").splitlines():
+        try:
+            keep = int(json.loads(line)["step"]) <= step
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            keep = False
+        kept += [line] if keep else []
+        dropped += 0 if keep else int(bool(line.strip()))
+    tmp = Path(path).with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(f"{line}\n" for line in kept))
+    tmp.replace(path)  # atomic: a kill here leaves the old file or the new one
+    return dropped
+
+
+def without_redone_steps(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows in file order, less those a resumed run redid: when a row's step (> 0) is not past the previous
+    row's, the run resumed from a checkpoint before it, and the earlier rows from that step on are dropped.
+    Step 0's rows all stay (the untrained and the warm-start dev evaluations). For runs written before
+    `Tracker` dropped them at resume."""
+    out: list[dict[str, Any]] = []
+    for row in rows:
+        step = int(row["step"])
+        if step > 0 and out and step <= int(out[-1]["step"]):
+            out = [r for r in out if int(r["step"]) < step]
+        out.append(row)
+    return out
 
 
 def plot_reward_curves(metrics_path: Path, out_png: Path) -> Path | None:

@@ -478,7 +478,7 @@ def train(cfg: Config, resume: str | Path | None = None, progress: bool = True) 
                 if checkpoint is not None:
                     start_step = trainer.resume(checkpoint)
                     wandb_id = json.loads((checkpoint / STATE_FILE).read_text()).get("wandb_id")
-                trainer.tracker = Tracker(run_dir, cfg, wandb_id=wandb_id, resumed=checkpoint is not None)
+                trainer.tracker = Tracker(run_dir, cfg, wandb_id=wandb_id, resumed_at=start_step if checkpoint else None)
             except (StopRequested, SystemError) as raised:  # while the actors were starting: nothing new to save
                 e = stop_request(raised)  # (a SystemError: raised from inside Ray's core, see stop_request)
                 if e is None:

@@ -239,13 +239,15 @@ def async_summary(metrics: dict[str, float]) -> str:
             f"idle learner {m['learner_idle_s']:.0f}s rollout {m['rollout_idle_s']:.0f}s")
 
 
-FAULT_KEYS = ("rollout_worker_deaths", "rollout_parts_rerun", "rollout_stale_parts", "shard_retries",
-              "search_retries", "scoring_retries", "learner_restarts", "steps_redone")
+FAULT_KEYS = ("rollout_worker_deaths", "rollout_worker_restarts", "rollout_parts_rerun", "rollout_stale_parts",
+              "shard_retries", "search_retries", "scoring_retries", "learner_restarts", "steps_redone")
 
 
 def fault_metrics(counts: Mapping[str, int]) -> dict[str, float]:
     """Failures and recoveries under `faults/...` keys, every key of FAULT_KEYS present (0 when
-    nothing failed, so the curves are continuous): rollout worker deaths, the parts re-run, parts
+    nothing failed, so the curves are continuous): rollout worker deaths a call saw, the parts re-run, parts
     re-run because a restarted worker sampled with old weights, learner rebuilds and the steps they
-    redid (counted by the driver), shard calls the pool retried through a shard restart, search and frozen-LLM scoring retries (counted by the workers)."""
+    redid (counted by the driver), shard calls the pool retried through a shard restart, search and frozen-LLM
+    scoring retries, and rollout worker processes Ray started again, whatever the cause, including deaths between
+    calls that no call saw (counted by the workers)."""
     return {f"faults/{k}": float(counts.get(k, 0)) for k in FAULT_KEYS}

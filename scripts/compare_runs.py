@@ -17,13 +17,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pipelines.tracking import without_redone_steps
 from pipelines.train_metrics import dev_curve
 
 EVAL_METHODS = (("policy", "trained"), ("untrained", "untrained"), ("naive_rag", "naive RAG"))
 
 
 def read_rows(run_dir: Path) -> list[dict[str, Any]]:
-    """The run's metrics.jsonl rows (dicts, one a step or dev evaluation).
+    """The run's metrics.jsonl rows (dicts, one a step or dev evaluation), less the steps a resume redid.
 
     Raises:
         FileNotFoundError: `run_dir` has no metrics.jsonl (not a training run directory).
@@ -31,7 +32,7 @@ def read_rows(run_dir: Path) -> list[dict[str, Any]]:
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: pass training run directories (runs/<run>)")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return without_redone_steps([json.loads(line) for line in path.read_text().splitlines() if line.strip()])
 
 
 def run_name(run_dir: Path) -> str:

@@ -19,8 +19,12 @@ def _run(tmp_path, name, dev_f1, visits_per_step=16, with_eval=False):
                       "rollout/reward_mean": -0.1},
                      {"step": step, "time/step_s": 30.0, "train/question_visits": step * visits_per_step,
                       "rollout/reward_mean": 0.1}]
-        rows.append({"step": step, "dev/answer_f1": f1, "dev/answer_cover_em": f1 / 2, "dev/episodes": 64,
-                     "time/eval_s": 60.0, "train/question_visits": step * visits_per_step})
+        dev = {"step": step, "dev/answer_f1": f1, "dev/answer_cover_em": f1 / 2, "dev/episodes": 64,
+               "time/eval_s": 60.0, "train/question_visits": step * visits_per_step}
+        if step:  # a step's dev evaluation is in that step's row, as run_loop logs it
+            rows[-1].update(dev)
+        else:
+            rows.append(dev)
     (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     if with_eval:
         (run / "eval").mkdir()
@@ -52,3 +56,17 @@ def test_table_and_plot_hold_every_run(tmp_path, capsys):
 def test_a_directory_without_metrics_is_a_clear_error(tmp_path, capsys):
     assert compare_runs.main([str(tmp_path)]) == 2
     assert "metrics.jsonl not found" in capsys.readouterr().err
+
+
+def test_steps_a_resume_redid_count_once(tmp_path):
+    """A run stopped after step 4 with its checkpoint at step 2, resumed: steps 3-4 are in the file twice
+    (runs from before the tracker dropped them at resume); the later rows win, step 0's two rows stay."""
+    run = _run(tmp_path, "resumed", [0.1, 0.3, 0.2])
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    redone = [dict(r, **{"rollout/reward_mean": 0.5}) for r in rows if r["step"] in (3, 4)]
+    warm = {"step": 0, "dev/answer_f1": 0.15, "dev/answer_cover_em": 0.1, "dev/episodes": 64, "time/eval_s": 60.0}
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows[:1] + [warm] + rows[1:] + redone) + "\n")
+    s = compare_runs.summarize(run)
+    assert s["steps"] == 4 and [c["step"] for c in s["curve"]] == [0, 0, 2, 4]
+    assert s["rewards"][2:] == [(48.0, 0.5), (64.0, 0.5)]
+    assert s["minutes"] == pytest.approx((4 * 30 + 4 * 60) / 60)

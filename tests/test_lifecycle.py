@@ -172,3 +172,34 @@ def test_wait_restarted_asks_again_while_ray_restarts_the_actor(monkeypatch):
     never = _Restarting(refusals=10**9)
     with pytest.raises(lifecycle.RemoteTimeoutError, match="worker: not ready after"):
         lifecycle.wait_restarted(never, 0.05, "worker", poll_s=0.01)
+
+
+class _Lives:
+    """Answers whether its process is one Ray restarted (asked in __init__, as `RolloutWorker` does)."""
+
+    def __init__(self):
+        from actors.lifecycle import restarted_by_ray
+
+        self.restarted = restarted_by_ray()
+
+    def ready(self) -> bool:
+        return self.restarted
+
+
+def test_a_restarted_actor_knows_it_and_the_driver_is_no_actor(ray_local):
+    import ray
+
+    from actors.lifecycle import restarted_by_ray
+
+    assert restarted_by_ray() is False  # the driver: no actor
+    actor = ray.remote(max_restarts=1, num_cpus=0)(_Lives).remote()
+    assert ray.get(actor.ready.remote(), timeout=60) is False  # its first life
+    ray.kill(actor, no_restart=False)
+    deadline, answer = time.monotonic() + 60, None
+    while answer is not True and time.monotonic() < deadline:
+        try:
+            answer = ray.get(actor.ready.remote(), timeout=60)
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+            time.sleep(0.2)  # killed or restarting
+    assert answer is True
+    ray.kill(actor)

@@ -89,6 +89,23 @@ def test_tracker_writes_jsonl_and_plots(tmp_path):
     assert [r["step"] for r in rows] == [1, 2, 3] and rows[-1]["rollout/reward_mean"] == 0.9
 
 
+def test_a_resumed_tracker_drops_the_rows_after_its_checkpoint(tmp_path):
+    """The stopped run logged steps 1-5 (the last half-written by a kill), its checkpoint was step 3: the
+    resumed run keeps 0-3 and redoes 4-5; a new run in the same directory starts the file afresh."""
+    from pipelines.tracking import Tracker, read_metrics
+
+    cfg = cfg_with("train.wandb.mode=disabled")
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "rollout/reward_mean": 0.1}) + "\n" for s in range(5))
+                    + '{"step": 5, "rollout/rew')
+    tr = Tracker(tmp_path, cfg, resumed_at=3)
+    assert [r["step"] for r in read_metrics(path)] == [0, 1, 2, 3]
+    tr.log({"rollout/reward_mean": 0.7}, step=4)
+    assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [0, 1, 2, 3, 4]
+    Tracker(tmp_path, cfg)
+    assert not path.exists()
+
+
 def _tiny_run(config: str, small_index, tiny_gemma_dir, run_dir, *overrides: str):
     """A shipped recipe config shrunk to a CI-sized run: tiny Gemma policy and frozen LLM on the
     transformers backend, the real pool over the test index, 2 questions x 2 samples, 16-token turns.
@@ -164,7 +181,8 @@ def test_two_steps_checkpoint_and_resume(ray_local, small_index, tiny_gemma_dir,
     assert resumed == run_dir and last_checkpoint(run_dir).name == "step-2"
     assert (run_dir / "config.yaml").read_bytes() == saved and not list(run_dir.glob("config.resume-*"))
     assert sorted(e["group_id"] for e in _rollouts(run_dir / "rollouts" / "step-2.jsonl.gz")) == sorted(step2)
-    assert [r["step"] for r in _rows(run_dir)] == [0, 1, 2, 2]  # the resume did not evaluate step 0 again
+    # The resume dropped step 2's row (logged after checkpoint step-1) and logged its own; no step-0 dev again.
+    assert [r["step"] for r in _rows(run_dir)] == [0, 1, 2]
 
 
 @pytest.mark.parametrize("path", sorted(str(p) for p in Path("configs").glob("*_[cg]pu.yaml")

@@ -59,6 +59,8 @@ def test_killed_rollout_worker_then_learner_rank_are_rebuilt_and_their_steps_red
     recovered = rows[1]["faults/rollout_stale_parts"] + rows[1]["faults/rollout_worker_deaths"]
     assert rows[0]["faults/rollout_stale_parts"] == 0 and recovered >= 1, rows[1]  # restarted and seen, or died mid-call
     assert rows[1]["rollout/episodes"] == 4  # 2 questions x 2 samples, none lost or duplicated
+    # each restarted worker process counts itself once, whether a call saw the death or not
+    assert [r["faults/rollout_worker_restarts"] for r in rows] == [1, 1, 0], rows
     assert rows[2]["faults/learner_restarts"] == 1 and rows[2]["faults/steps_redone"] == 0, rows[2]
     assert (run_dir / "checkpoints" / "step-3").is_dir()
 

@@ -18,7 +18,7 @@ from typing import Any
 from actors.engines.base import Sampling
 from actors.engines.spec import EngineHolder, EngineSpec, engine_spec
 from actors.frozen.scorer import ActorScorer
-from actors.lifecycle import ActorSet
+from actors.lifecycle import ActorSet, restarted_by_ray
 from actors.rollout.agent_loop import AgentLoop, RolloutLimits, pool_searcher
 from recipes import get_recipe
 
@@ -34,7 +34,8 @@ class RolloutWorker:
 
     def __init__(self, spec: EngineSpec | Mapping[str, Any], pool: Any, generator: Any = None, judge: Any = None):
         self.holder = EngineHolder(spec)
-        self.faults: Counter = Counter()  # retries since the last `take_faults`
+        # retries since the last `take_faults`; a life Ray started again counts itself once, whatever killed the last
+        self.faults: Counter = Counter({"rollout_worker_restarts": int(restarted_by_ray())})
         self.searcher = pool_searcher(pool, on_retry=lambda: self.faults.update(["search_retries"]))
         self.scorer = (ActorScorer(generator, judge, on_retry=lambda: self.faults.update(["scoring_retries"]))
                        if generator is not None else None)
@@ -113,7 +114,8 @@ class RolloutWorker:
         return engine.weight_version
 
     async def take_faults(self) -> dict[str, int]:
-        """Retries of searches and scoring calls since the last call (counts), then reset."""
+        """Retries of searches and scoring calls since the last call, and 1 for `rollout_worker_restarts` in the first
+        call to a process Ray restarted (counts); then reset."""
         out, self.faults = dict(self.faults), Counter()
         return out
 
