@@ -78,21 +78,19 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     return [rows[k] for k in sorted(rows)]
 
 
-def keep_rows_through(path: Path, step: int) -> int:
+def keep_rows_through(path: Path, step: int) -> None:
     """Rewrite a metrics.jsonl keeping its rows up to `step` (a line that does not parse, one torn by a
-    kill, goes too). Returns the number of lines dropped."""
-    kept, dropped = [], 0
+    kill, goes too)."""
+    kept = []
     for line in Path(path).read_text(errors="replace").splitlines():
         try:
-            keep = int(json.loads(line)["step"]) <= step
+            if int(json.loads(line)["step"]) <= step:
+                kept.append(line)
         except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-            keep = False
-        kept += [line] if keep else []
-        dropped += 0 if keep else int(bool(line.strip()))
+            continue
     tmp = Path(path).with_suffix(".jsonl.tmp")
     tmp.write_text("".join(f"{line}\n" for line in kept))
     tmp.replace(path)  # atomic: a kill here leaves the old file or the new one
-    return dropped
 
 
 def without_redone_steps(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
