@@ -30,7 +30,7 @@ from pipelines.prepare.r1_difficulty import (
     run_difficulty_rounds,
     scale_table,
 )
-from pipelines.prepare.s3_filter import prepare_s3, s3_filter_decision, s3_filter_rows
+from pipelines.prepare.s3_filter import needs_judge_actor, prepare_s3, s3_filter_decision, s3_filter_rows
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -103,6 +103,21 @@ def test_keep_answered_keeps_a_seeded_share_of_what_naive_rag_answers():
     assert s3_filter_rows(rows, accs)[0] == [r for r in kept if r["rag_gen_acc"] == 0.0]  # default: the paper's
     with pytest.raises(ValueError, match="keep_answered must be a share"):
         s3_filter_rows(rows, accs, keep_answered=1.5)
+
+
+def test_the_filters_genacc_gets_its_own_judge_whatever_the_reward_metric():
+    # The filter's baseline is GenAcc (s3 Eq. 3) even when training rewards F1: a judge_model of its
+    # own is started for it (before, an F1 config had the generator answer the judge prompt).
+    from types import SimpleNamespace
+
+    from recipes.s3 import S3Config
+
+    frozen = SimpleNamespace(model="reader", judge_model="judge")
+    for metric in ("f1", "gen_acc", "em"):
+        assert needs_judge_actor(frozen, S3Config(reward_metric=metric)), metric
+    assert not needs_judge_actor(frozen, S3Config(use_judge=False))  # span_check only
+    assert not needs_judge_actor(SimpleNamespace(model="reader", judge_model=None), S3Config())  # the generator judges
+    assert not needs_judge_actor(SimpleNamespace(model="reader", judge_model="reader"), S3Config())
 
 
 def test_bad_keep_answered_is_refused_by_the_cli(tmp_path, capsys):

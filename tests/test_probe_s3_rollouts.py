@@ -5,7 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 
-from scripts.probes.s3_rollouts import main
+from scripts.probes.s3_rollouts import main, step_summary
 
 
 def _traj(group: str, reward: float, turns: list[tuple[str, str | None]], *, docs: int, ctx: bool,
@@ -59,7 +59,23 @@ def test_step_measures_from_saved_rollouts(tmp_path, capsys):
     assert main([str(run), "--steps", "3"]) == 0
     table = capsys.readouterr().out
     assert ("| 3 | -0.083 | 1.7 | 0.50 | 0.50 | 1 of 6 | 0.17 | 1 of 6 | `[2]` 2, `none` 1 | 1 of 3 "
-            "| `[]` 2, `[1, 3]` 2, `none` 1 | 1 of 2 |") in table  # equal counts: first met first
+            "| `[]` 2, `[1, 3]` 2, `none` 1 | 1 of 2 | 1 (F1 0: 1) |") in table  # equal counts: first met first
+    # judge_only: group c's kept answer scored 1 with no answer text saved (no span match, F1 0)
+
+
+def test_judge_only_accuracy_is_told_apart_from_a_span_match():
+    from recipes import get_recipe
+
+    def episode(answer: str, acc: float) -> dict:
+        return {"group_id": "g", "reward": acc, "reward_components": {"gen_acc_s3": acc, "gen_acc_rag": 0.0},
+                "turns": [], "golden_answers": ["Kyoto Protocol", "Kioto protocol"], "final": {"answer": answer}}
+
+    rows = [episode("the Kyoto Protocol", 1.0),  # span check: no judge needed
+            episode("Kyoto", 1.0),  # the judge's yes on a partial answer (F1 2/3)
+            episode("Mulder", 1.0),  # the judge's yes on an answer sharing no word with the golds
+            episode("Mulder", 0.0)]  # the judge said no
+    s = step_summary(get_recipe("s3", {"max_turns": 3, "prefill": ""}), rows)
+    assert (s["judge_only"], s["judge_only_f1_0"]) == (2, 1)
 
 
 def test_bad_runs_and_steps_are_named(tmp_path, capsys):

@@ -132,6 +132,8 @@ def s3_settings(cfg, recipe_config, chat: bool | None) -> dict[str, Any]:
         "max_answer_tokens": fz.max_answer_tokens, "chat": chat, "topk": recipe_config.topk,
         "doc_template": recipe_config.doc_template, "use_judge": recipe_config.use_judge,
         "answer_prompt": ANSWER_PROMPT, "judge_prompt": JUDGE_PROMPT, "index": index_identity(cfg),
+        # 2: the judge is frozen.judge_model whatever reward_metric (1's F1 configs asked the generator)
+        "judge_rule": 2,
     }
 
 
@@ -257,18 +259,24 @@ def prepare_s3(
     return report
 
 
+def needs_judge_actor(frozen, recipe_config) -> bool:
+    """True when the filter's GenAcc needs a judge actor of its own: the recipe uses the judge
+    (``use_judge``) and ``frozen.judge_model`` differs from ``frozen.model``.
+
+    The filter's baseline is GenAcc (s3 §4.1, Eq. 3) whatever ``reward_metric`` the training uses, so
+    this does not ask the recipe's ``frozen_roles()`` (no judge under an F1 reward): before, an F1 config
+    had the generator answer the judge prompt while the cache recorded ``frozen.judge_model``."""
+    return bool(recipe_config.use_judge and frozen.judge_model and frozen.judge_model != frozen.model)
+
+
 def _start_frozen_llms(actors, cfg, rcfg, chat: bool | None) -> tuple[Any, Any]:
     """Start the generator and, when the s3 recipe uses a judge (``use_judge``) and
     ``frozen.judge_model`` differs from ``frozen.model``, a judge; wait until their engines are up.
     Returns (generator, judge), the judge being the generator unless a second actor started."""
     from actors.frozen.worker import start_frozen_llm
-    from recipes import RECIPES
 
-    fz = cfg.frozen
     gen = start_frozen_llm(actors, cfg, "generator", chat=chat)
-    judge = gen
-    if "judge" in RECIPES["s3"](rcfg).frozen_roles() and fz.judge_model and fz.judge_model != fz.model:
-        judge = start_frozen_llm(actors, cfg, "judge", chat=chat)
+    judge = start_frozen_llm(actors, cfg, "judge", chat=chat) if needs_judge_actor(cfg.frozen, rcfg) else gen
     actors.wait_ready({id(gen): gen, id(judge): judge}.values(), timeout_s=_ENGINE_READY_TIMEOUT_S,
                       what="frozen generator / judge")
     return gen, judge

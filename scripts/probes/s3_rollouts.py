@@ -14,7 +14,10 @@ Reads `<run>/config.yaml` (the recipe and its options, to parse each turn as tra
 - `tied`: GRPO groups whose samples all got the same reward (no gradient from them);
 - `first_sel`: the commonest selections of the first turn, among the initial top-k (`none`: read whole);
 - `lost`: of the episodes whose naive-RAG baseline was right (`gen_acc_rag` 1: questions kept with
-  `prepare_data s3 --keep-answered`), those whose selected context lost the answer (`gen_acc_s3` below it).
+  `prepare_data s3 --keep-answered`), those whose selected context lost the answer (`gen_acc_s3` below it);
+- `judge_only`: episodes whose accuracy 1 came from the judge alone (the generator's answer fails s3's span
+  check), and `(F1 0: n)` of them, answers sharing no word with any gold answer: the judge's likely false yes
+  (under `reward_metric: gen_acc` with `use_judge`; 0 otherwise).
 
 No Ray, no engine, no index: what the rollouts hold is enough. Raises (exit 2): the run has no
 config.yaml or no rollouts, a step without a file, a run whose recipe is not s3.
@@ -55,6 +58,7 @@ def _selection_label(ids: tuple[int, ...] | None) -> str:
 
 def step_summary(recipe: Any, trajectories: list[dict]) -> dict[str, Any]:
     """One step's measures (see the module docstring) from its saved trajectories (`Trajectory.to_json`)."""
+    from recipes.metrics import f1_score, span_check
     from recipes.s3 import selected_ids
 
     n = len(trajectories)
@@ -79,13 +83,18 @@ def step_summary(recipe: Any, trajectories: list[dict]) -> dict[str, Any]:
         if parts.get("gen_acc_rag", 0.0) >= 1.0:
             out["rag_right"] += 1
             out["lost"] += parts.get("gen_acc_s3", 0.0) < parts["gen_acc_rag"]
+        answer, golds = (t.get("final") or {}).get("answer") or "", t.get("golden_answers") or []
+        if parts.get("gen_acc_s3", 0.0) >= 1.0 and not span_check(answer, golds):
+            out["judge_only"] += 1
+            out["judge_only_f1_0"] += f1_score(answer, golds) == 0.0
         queries = {q.strip().lower() for turn in turns if (q := turn.get("query"))}
         out["distinct_q>1"] += len(queries) > 1
     tied = sum(len(set(rewards)) == 1 for rewards in groups.values())
     means = {k: out[k] / n for k in ("reward", "docs", "ctx_recall", "searches", "found")} if n else {}
     return {"episodes": n, **means, "distinct_q>1": out["distinct_q>1"], "whole_first": out["whole_first"],
             "search_sel": dict(search_sel.most_common(TOP_SELECTIONS)), "tied": tied, "groups": len(groups),
-            "first_sel": dict(first_sel.most_common(TOP_SELECTIONS)), "lost": out["lost"], "rag_right": out["rag_right"]}
+            "first_sel": dict(first_sel.most_common(TOP_SELECTIONS)), "lost": out["lost"], "rag_right": out["rag_right"],
+            "judge_only": out["judge_only"], "judge_only_f1_0": out["judge_only_f1_0"]}
 
 
 def _steps(run: Path, wanted: str | None) -> list[int]:
@@ -122,8 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if not args.json:
         print("| step | reward | docs | ctx_recall | searches | distinct_q>1 | found | whole_first | search_sel | tied "
-              "| first_sel | lost |")
-        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | ---: |")
+              "| first_sel | lost | judge_only |")
+        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | ---: | ---: |")
     for step in steps:
         s = step_summary(recipe, _read(run / "rollouts" / f"step-{step}.jsonl.gz"))
         if args.json:
@@ -132,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         sel, first = (", ".join(f"`{k}` {v}" for k, v in s[c].items()) or "-" for c in ("search_sel", "first_sel"))
         print(f"| {step} | {s['reward']:+.3f} | {s['docs']:.1f} | {s['ctx_recall']:.2f} | {s['searches']:.2f} | "
               f"{s['distinct_q>1']} of {s['episodes']} | {s['found']:.2f} | {s['whole_first']} of {s['episodes']} | "
-              f"{sel} | {s['tied']} of {s['groups']} | {first} | {s['lost']} of {s['rag_right']} |")
+              f"{sel} | {s['tied']} of {s['groups']} | {first} | {s['lost']} of {s['rag_right']} | "
+              f"{s['judge_only']} (F1 0: {s['judge_only_f1_0']}) |")
     return 0
 
 
