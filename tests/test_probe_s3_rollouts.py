@@ -56,10 +56,12 @@ def test_step_measures_from_saved_rollouts(tmp_path, capsys):
     assert row["first_sel"] == {"[1, 3]": 2, "[]": 2, "none": 1}  # commonest first; [1] (once) is cut
     assert row["tied"] == 1  # group b: 0.0 and 0.0
     assert (row["lost"], row["rag_right"]) == (1, 2)  # group c: naive RAG right twice, the empty context lost it
+    # reward − group mean by first-turn selection, tied group b left out; the three largest: a's [1] (−0.25) is cut
+    assert row["first_adv"] == {"[1, 3]": 0.5, "[]": -0.5, "none": 0.25}
     assert main([str(run), "--steps", "3"]) == 0
     table = capsys.readouterr().out
     assert ("| 3 | -0.083 | 1.7 | 0.50 | 0.50 | 1 of 6 | 0.17 | 1 of 6 | `[2]` 2, `none` 1 | 1 of 3 "
-            "| `[]` 2, `[1, 3]` 2, `none` 1 | 1 of 2 | 1 (F1 0: 1) |") in table  # equal counts: first met first
+            "| `[]` 2, `[1, 3]` 2, `none` 1 | `[1, 3]` +0.50, `[]` -0.50, `none` +0.25 | 1 of 2 | 1 (F1 0: 1) |") in table  # equal counts: first met first
     # judge_only: group c's kept answer scored 1 with no answer text saved (no span match, F1 0)
 
 

@@ -15,6 +15,9 @@ Reads `<run>/config.yaml` (the recipe and its options, to parse each turn as tra
 - `first_sel`: the commonest selections of the first turn, among the initial top-k (`none`: read whole);
 - `lost`: of the episodes whose naive-RAG baseline was right (`gen_acc_rag` 1: questions kept with
   `prepare_data s3 --keep-answered`), those whose selected context lost the answer (`gen_acc_s3` below it);
+- `first_adv`: GRPO's signal on the first turn's selection: reward − its group's mean, summed over the
+  episodes of groups that are not tied, by first-turn selection (the three largest in size): a selection
+  that grows from step to step with a negative sum grows against the rewards;
 - `judge_only`: episodes whose accuracy 1 came from the judge alone (the generator's answer fails s3's span
   check), and `(F1 0: n)` of them, answers sharing no word with any gold answer: the judge's likely false yes
   (under `reward_metric: gen_acc` with `use_judge`; 0 otherwise).
@@ -65,6 +68,7 @@ def step_summary(recipe: Any, trajectories: list[dict]) -> dict[str, Any]:
     groups: dict[str, list[float]] = defaultdict(list)
     search_sel: Counter[str] = Counter()
     first_sel: Counter[str] = Counter()
+    first_label: dict[int, str] = {}
     out = Counter()
     for t in trajectories:
         search = (t.get("final") or {}).get("search") or {}
@@ -78,7 +82,8 @@ def step_summary(recipe: Any, trajectories: list[dict]) -> dict[str, Any]:
         selections = [selected_ids(recipe.parse(turn["text"])) for turn in turns]
         out["whole_first"] += not turns or selections[0] is None
         search_sel.update(_selection_label(s) for s in selections[1:])
-        first_sel[_selection_label(selections[0] if turns else None)] += 1
+        first_label[id(t)] = _selection_label(selections[0] if turns else None)
+        first_sel[first_label[id(t)]] += 1
         parts = t.get("reward_components") or {}
         if parts.get("gen_acc_rag", 0.0) >= 1.0:
             out["rag_right"] += 1
@@ -90,11 +95,17 @@ def step_summary(recipe: Any, trajectories: list[dict]) -> dict[str, Any]:
         queries = {q.strip().lower() for turn in turns if (q := turn.get("query"))}
         out["distinct_q>1"] += len(queries) > 1
     tied = sum(len(set(rewards)) == 1 for rewards in groups.values())
+    first_adv: Counter[str] = Counter()
+    for t in trajectories:
+        rewards = groups[t["group_id"]]
+        if len(set(rewards)) > 1:
+            first_adv[first_label[id(t)]] += (t.get("reward") or 0.0) - sum(r or 0.0 for r in rewards) / len(rewards)
     means = {k: out[k] / n for k in ("reward", "docs", "ctx_recall", "searches", "found")} if n else {}
     return {"episodes": n, **means, "distinct_q>1": out["distinct_q>1"], "whole_first": out["whole_first"],
             "search_sel": dict(search_sel.most_common(TOP_SELECTIONS)), "tied": tied, "groups": len(groups),
             "first_sel": dict(first_sel.most_common(TOP_SELECTIONS)), "lost": out["lost"], "rag_right": out["rag_right"],
-            "judge_only": out["judge_only"], "judge_only_f1_0": out["judge_only_f1_0"]}
+            "judge_only": out["judge_only"], "judge_only_f1_0": out["judge_only_f1_0"],
+            "first_adv": dict(sorted(first_adv.items(), key=lambda kv: -abs(kv[1]))[:TOP_SELECTIONS])}
 
 
 def _steps(run: Path, wanted: str | None) -> list[int]:
@@ -131,17 +142,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if not args.json:
         print("| step | reward | docs | ctx_recall | searches | distinct_q>1 | found | whole_first | search_sel | tied "
-              "| first_sel | lost | judge_only |")
-        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | ---: | ---: |")
+              "| first_sel | first_adv | lost | judge_only |")
+        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | --- | ---: | ---: |")
     for step in steps:
         s = step_summary(recipe, _read(run / "rollouts" / f"step-{step}.jsonl.gz"))
         if args.json:
             print(json.dumps({"step": step, **s}))
             continue
         sel, first = (", ".join(f"`{k}` {v}" for k, v in s[c].items()) or "-" for c in ("search_sel", "first_sel"))
+        adv = ", ".join(f"`{k}` {v:+.2f}" for k, v in s["first_adv"].items()) or "-"
         print(f"| {step} | {s['reward']:+.3f} | {s['docs']:.1f} | {s['ctx_recall']:.2f} | {s['searches']:.2f} | "
               f"{s['distinct_q>1']} of {s['episodes']} | {s['found']:.2f} | {s['whole_first']} of {s['episodes']} | "
-              f"{sel} | {s['tied']} of {s['groups']} | {first} | {s['lost']} of {s['rag_right']} | "
+              f"{sel} | {s['tied']} of {s['groups']} | {first} | {adv} | {s['lost']} of {s['rag_right']} | "
               f"{s['judge_only']} (F1 0: {s['judge_only_f1_0']}) |")
     return 0
 
