@@ -138,6 +138,12 @@ class S3Config(RecipeConfig):
         "the searcher's prompt (Fig. 11) already says only the content between <important_info> is used. "
         "Against the leave-all shortcut: a GRPO searcher (`fresh_docs`, a 270M reader) stopped selecting and read "
         "12 documents, which the reader answered from worse than from 3. Not in the paper.")
+    initial_block: Literal["select", "keep"] = Field(
+        "select", description="What the generator reads of the initial top-k (issue 62). select: what the searcher "
+        "selects of it, all of it unselected (App. A.5). keep: all of it whatever the searcher writes, so the context "
+        "holds naive RAG's and a searcher gains only by what its searches add (a selection on the initial block is "
+        "parsed, and ignored). Against the searchers that dropped two of the top-3 (first-turn `[1]`: context "
+        "recall 0.45 against naive RAG's 0.63 on test). Not in the paper.")
 
 
 def parse_ids(content: str) -> tuple[int, ...]:
@@ -377,7 +383,8 @@ class S3(Recipe):
         the most recent block before it (the last selection wins); ids outside the block are
         dropped and at most `selection_cap` kept (the first written); a block without a selection contributes all its
         documents (with `unselected_search_block: none`, only the initial top-k does; a search's block
-        gives none); duplicates (same title and text) are dropped, the first occurrence kept.
+        gives none); with `initial_block: keep` the initial top-k is whole whatever its selection; duplicates
+        (same title and text) are dropped, the first occurrence kept.
         """
         blocks: list[list[Doc]] = [list(episode.initial_docs)] if episode.initial_docs else []
         selections: dict[int, tuple[int, ...]] = {}
@@ -387,6 +394,8 @@ class S3(Recipe):
                 selections[len(blocks) - 1] = selected
             if turn.docs is not None:
                 blocks.append(turn.docs)
+        if self.config.initial_block == "keep" and episode.initial_docs:
+            selections.pop(0, None)  # the question's top-k is read whole: a searcher only adds to it
         docs: list[Doc] = []
         first_search = 1 if episode.initial_docs else 0  # the initial top-k stays whole by App. A.5 either way
         skip_unselected = self.config.unselected_search_block == "none"

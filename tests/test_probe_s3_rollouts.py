@@ -5,6 +5,9 @@ from __future__ import annotations
 import gzip
 import json
 
+import pytest
+
+from recipes import get_recipe
 from scripts.probes.s3_rollouts import main, step_summary
 
 
@@ -56,18 +59,23 @@ def test_step_measures_from_saved_rollouts(tmp_path, capsys):
     assert row["first_sel"] == {"[1, 3]": 2, "[]": 2, "none": 1}  # commonest first; [1] (once) is cut
     assert row["tied"] == 1  # group b: 0.0 and 0.0
     assert (row["lost"], row["rag_right"]) == (1, 2)  # group c: naive RAG right twice, the empty context lost it
-    # reward − group mean by first-turn selection, tied group b left out; the three largest: a's [1] (−0.25) is cut
-    assert row["first_adv"] == {"[1, 3]": 0.5, "[]": -0.5, "none": 0.25}
+    # the run's GRPO advantages ((r − mean) / std, n − 1) by first-turn selection, tied group b left out: groups a
+    # ([0.5, 0]) and c ([0, −1]) differ in spread and weigh alike (±0.707 each; the three largest are kept)
+    signs = {"none": 1, "[1]": -1, "[1, 3]": 1, "[]": -1}
+    assert len(row["first_adv"]) == 3
+    assert all(v == pytest.approx(signs[k] * 0.5**0.5, abs=1e-5) for k, v in row["first_adv"].items())
+    with gzip.open(run / "rollouts" / "step-3.jsonl.gz", "rt") as f:
+        rows = [json.loads(line) for line in f]
+    raw = step_summary(get_recipe("s3", {"max_turns": 3, "prefill": ""}), rows)["first_adv"]  # no algorithm
+    assert raw == {"[1, 3]": 0.5, "[]": -0.5, "none": 0.25}  # reward − group mean: a's [1] (−0.25) is cut
     assert main([str(run), "--steps", "3"]) == 0
     table = capsys.readouterr().out
     assert ("| 3 | -0.083 | 1.7 | 0.50 | 0.50 | 1 of 6 | 0.17 | 1 of 6 | `[2]` 2, `none` 1 | 1 of 3 "
-            "| `[]` 2, `[1, 3]` 2, `none` 1 | `[1, 3]` +0.50, `[]` -0.50, `none` +0.25 | 1 of 2 | 1 (F1 0: 1) |") in table  # equal counts: first met first
+            "| `[]` 2, `[1, 3]` 2, `none` 1 | ") in table and "+0.71" in table and "| 1 of 2 | 1 (F1 0: 1) |" in table
     # judge_only: group c's kept answer scored 1 with no answer text saved (no span match, F1 0)
 
 
 def test_judge_only_accuracy_is_told_apart_from_a_span_match():
-    from recipes import get_recipe
-
     def episode(answer: str, acc: float) -> dict:
         return {"group_id": "g", "reward": acc, "reward_components": {"gen_acc_s3": acc, "gen_acc_rag": 0.0},
                 "turns": [], "golden_answers": ["Kyoto Protocol", "Kioto protocol"], "final": {"answer": answer}}

@@ -191,6 +191,22 @@ def test_s3_unselected_search_block_none_adds_only_what_is_selected():
         get_recipe("s3", unselected_search_block="some")
 
 
+def test_s3_initial_block_keep_reads_the_top_k_whole_whatever_is_selected():
+    """`initial_block: keep`: a selection on the initial top-k is ignored (the context holds naive RAG's); a
+    search's block still gives what is selected of it; `select` (the default) keeps App. A.5."""
+    turns = ["<important_info>[]</important_info><query>q1</query>",
+             "<important_info>[2]</important_info><search_complete>True</search_complete>"]
+    contexts = {}
+    for mode in ("select", "keep"):
+        s3 = get_recipe("s3", initial_block=mode, unselected_search_block="none")
+        ep = s3.start(EARTHSHIP_Q, ["2007"], INITIAL, chat=False)
+        run(s3, ep, turns, [SECOND])
+        contexts[mode] = [d.doc_id for d in ep.final.selected_docs]
+    assert contexts == {"select": [SECOND[1].doc_id], "keep": ["e1", "e2", "e3", SECOND[1].doc_id]}
+    with pytest.raises(ValueError, match="initial_block"):
+        get_recipe("s3", initial_block="drop")
+
+
 def test_s3_max_selected_search_caps_a_search_blocks_selection_not_the_top_k():
     """`max_selected_search: 1`: a search's block keeps the id written first, the initial top-k keeps up to
     `max_selected`; the expert selects one answer-holding document of a search's block."""

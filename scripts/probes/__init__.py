@@ -1,1 +1,1 @@
-"""Probes and demos: base rates of the data pack's questions, the learnable-question selection, the expert's ceiling, an s3 run's rollouts step by step, one rollout or search shown."""
+"""Probes and demos: base rates of the data pack's questions, the learnable-question selection, the expert's ceiling, an s3 run's rollouts step by step, one update of an s3 run replayed from its checkpoint, one rollout or search shown."""

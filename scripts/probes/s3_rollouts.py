@@ -15,9 +15,11 @@ Reads `<run>/config.yaml` (the recipe and its options, to parse each turn as tra
 - `first_sel`: the commonest selections of the first turn, among the initial top-k (`none`: read whole);
 - `lost`: of the episodes whose naive-RAG baseline was right (`gen_acc_rag` 1: questions kept with
   `prepare_data s3 --keep-answered`), those whose selected context lost the answer (`gen_acc_s3` below it);
-- `first_adv`: GRPO's signal on the first turn's selection: reward − its group's mean, summed over the
-  episodes of groups that are not tied, by first-turn selection (the three largest in size): a selection
-  that grows from step to step with a negative sum grows against the rewards;
+- `first_adv`: GRPO's signal on the first turn's selection: the advantage the update trained on (the run's
+  `algorithm.advantage_estimator` over the step's rewards: for `grpo`, (reward − group mean) / group std),
+  summed over the episodes of groups that are not tied, by first-turn selection (the three largest in size).
+  The std matters: with an F1 reward a group whose samples differ by 0.05 weighs as much as one that differs by
+  1, so reward − mean alone (what `step_summary` sums without an algorithm) can have the other sign (issue 62);
 - `judge_only`: episodes whose accuracy 1 came from the judge alone (the generator's answer fails s3's span
   check), and `(F1 0: n)` of them, answers sharing no word with any gold answer: the judge's likely false yes
   (under `reward_metric: gen_acc` with `use_judge`; 0 otherwise).
@@ -59,8 +61,29 @@ def _selection_label(ids: tuple[int, ...] | None) -> str:
     return "none" if ids is None else "[" + ", ".join(map(str, ids)) + "]"
 
 
-def step_summary(recipe: Any, trajectories: list[dict]) -> dict[str, Any]:
-    """One step's measures (see the module docstring) from its saved trajectories (`Trajectory.to_json`)."""
+def _algorithm(run: Path) -> Any:
+    """The run's `AlgorithmConfig`, or None for GAE (its advantages need the critic's values, not saved)."""
+    from configs.loader import load_config
+
+    algorithm = load_config(run / "config.yaml").algorithm
+    return None if algorithm.advantage_estimator == "gae" else algorithm
+
+
+def _advantages(algorithm: Any, trajectories: list[dict]) -> list[float]:
+    """Each episode's sequence advantage under `algorithm` (`algorithms.compute_advantages`, one token each)."""
+    import torch
+
+    from algorithms import compute_advantages
+
+    rewards = torch.tensor([float(t.get("reward") or 0.0) for t in trajectories])
+    adv, _ = compute_advantages(algorithm, rewards, torch.ones((len(trajectories), 1)),
+                                group_ids=[str(t["group_id"]) for t in trajectories])
+    return adv[:, 0].tolist()
+
+
+def step_summary(recipe: Any, trajectories: list[dict], algorithm: Any = None) -> dict[str, Any]:
+    """One step's measures (see the module docstring) from its saved trajectories (`Trajectory.to_json`);
+    `algorithm` (an `AlgorithmConfig`) gives `first_adv` the advantages trained on, None reward − group mean."""
     from recipes.metrics import f1_score, span_check
     from recipes.s3 import selected_ids
 
@@ -96,10 +119,12 @@ def step_summary(recipe: Any, trajectories: list[dict]) -> dict[str, Any]:
         out["distinct_q>1"] += len(queries) > 1
     tied = sum(len(set(rewards)) == 1 for rewards in groups.values())
     first_adv: Counter[str] = Counter()
-    for t in trajectories:
+    trained = _advantages(algorithm, trajectories) if algorithm is not None and n else None
+    for i, t in enumerate(trajectories):
         rewards = groups[t["group_id"]]
         if len(set(rewards)) > 1:
-            first_adv[first_label[id(t)]] += (t.get("reward") or 0.0) - sum(r or 0.0 for r in rewards) / len(rewards)
+            mean = sum(r or 0.0 for r in rewards) / len(rewards)
+            first_adv[first_label[id(t)]] += trained[i] if trained is not None else (t.get("reward") or 0.0) - mean
     means = {k: out[k] / n for k in ("reward", "docs", "ctx_recall", "searches", "found")} if n else {}
     return {"episodes": n, **means, "distinct_q>1": out["distinct_q>1"], "whole_first": out["whole_first"],
             "search_sel": dict(search_sel.most_common(TOP_SELECTIONS)), "tied": tied, "groups": len(groups),
@@ -135,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     run = Path(args.run)
     try:
-        recipe = _recipe(run)
+        recipe, algorithm = _recipe(run), _algorithm(run)
         steps = _steps(run, args.steps)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -145,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
               "| first_sel | first_adv | lost | judge_only |")
         print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | --- | ---: | ---: |")
     for step in steps:
-        s = step_summary(recipe, _read(run / "rollouts" / f"step-{step}.jsonl.gz"))
+        s = step_summary(recipe, _read(run / "rollouts" / f"step-{step}.jsonl.gz"), algorithm)
         if args.json:
             print(json.dumps({"step": step, **s}))
             continue
