@@ -61,6 +61,14 @@ def _selection_label(ids: tuple[int, ...] | None) -> str:
     return "none" if ids is None else "[" + ", ".join(map(str, ids)) + "]"
 
 
+def first_selection(recipe: Any, trajectory: dict) -> str:
+    """The label of a trajectory's first-turn selection (`[1]`, `[]`; `none`: the initial top-k left unselected)."""
+    from recipes.s3 import selected_ids
+
+    turns = trajectory.get("turns") or []
+    return _selection_label(selected_ids(recipe.parse(turns[0]["text"])) if turns else None)
+
+
 def _algorithm(run: Path) -> Any:
     """The run's `AlgorithmConfig`, or None for GAE (its advantages need the critic's values, not saved)."""
     from configs.loader import load_config
@@ -105,7 +113,7 @@ def step_summary(recipe: Any, trajectories: list[dict], algorithm: Any = None) -
         selections = [selected_ids(recipe.parse(turn["text"])) for turn in turns]
         out["whole_first"] += not turns or selections[0] is None
         search_sel.update(_selection_label(s) for s in selections[1:])
-        first_label[id(t)] = _selection_label(selections[0] if turns else None)
+        first_label[id(t)] = first_selection(recipe, t)
         first_sel[first_label[id(t)]] += 1
         parts = t.get("reward_components") or {}
         if parts.get("gen_acc_rag", 0.0) >= 1.0:
@@ -123,8 +131,8 @@ def step_summary(recipe: Any, trajectories: list[dict], algorithm: Any = None) -
     for i, t in enumerate(trajectories):
         rewards = groups[t["group_id"]]
         if len(set(rewards)) > 1:
-            mean = sum(r or 0.0 for r in rewards) / len(rewards)
-            first_adv[first_label[id(t)]] += trained[i] if trained is not None else (t.get("reward") or 0.0) - mean
+            first_adv[first_label[id(t)]] += trained[i] if trained is not None else \
+                (t.get("reward") or 0.0) - sum(r or 0.0 for r in rewards) / len(rewards)
     means = {k: out[k] / n for k in ("reward", "docs", "ctx_recall", "searches", "found")} if n else {}
     return {"episodes": n, **means, "distinct_q>1": out["distinct_q>1"], "whole_first": out["whole_first"],
             "search_sel": dict(search_sel.most_common(TOP_SELECTIONS)), "tied": tied, "groups": len(groups),

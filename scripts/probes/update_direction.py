@@ -40,20 +40,14 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from scripts.probes.s3_rollouts import _read, _recipe, _selection_label
+from scripts.probes.s3_rollouts import _read, _recipe, first_selection
 
 TOP_LABELS = 4
 
 
 def first_turn_labels(recipe: Any, trajectories: list[dict]) -> list[str]:
-    """The first turn's selection of each trajectory (`[1]`, `[]`; `none`: the initial top-k left unselected)."""
-    from recipes.s3 import selected_ids
-
-    out = []
-    for t in trajectories:
-        turns = t.get("turns") or []
-        out.append(_selection_label(selected_ids(recipe.parse(turns[0]["text"])) if turns else None))
-    return out
+    """The first turn's selection of each trajectory (`s3_rollouts.first_selection`)."""
+    return [first_selection(recipe, t) for t in trajectories]
 
 
 def first_turn_mask(trajectories: list[dict], loss_mask: Any) -> Any:
