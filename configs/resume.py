@@ -15,7 +15,7 @@ from .schema import Config
 
 RESUME_KEYS: tuple[str, ...] = (
     "train.total_steps", "train.eval_every", "train.eval_questions", "train.save_every", "train.keep_checkpoints",
-    "train.save_rollouts", "train.max_learner_restarts", "train.wandb.", "ray.",
+    "train.keep_every", "train.save_rollouts", "train.max_learner_restarts", "train.wandb.", "ray.",
     "learner.sync_dtype", "rollout.dtype", "frozen.dtype",
 )
 """Keys (a trailing "." = every key of that section) a resume may override; all others are the run. The engines'

@@ -362,6 +362,11 @@ class TrainConfig(StrictModel):
         "the older ones only the best by dev answer F1 stays, with its Hugging Face weights alone; the rest are deleted, "
         "so disk stays bounded over a long run.",
     )
+    keep_every: int = Field(
+        0, ge=0, description="Also keep whole every checkpoint whose step is a multiple of this (0 = none): the states "
+        "an update replay restores (`scripts.probes.update_direction`); each costs a full checkpoint on disk (~2 GB for "
+        "the 270M searcher), so it takes a multiple of save_every.",
+    )
     save_rollouts: bool = Field(True, description="Write each step's trajectories to rollouts/step-<n>.jsonl.gz.")
     max_learner_restarts: int = Field(
         2, ge=0, description="Times a run rebuilds its learners after a rank died (0 = fail the run): from the last "
@@ -380,6 +385,15 @@ class TrainConfig(StrictModel):
         "each node's own: a rebuild whose ranks land on another node falls back to the last checkpoint).",
     )
     wandb: WandbConfig = Field(default_factory=WandbConfig, description="wandb logging.")
+
+    @model_validator(mode="after")
+    def _kept_steps_are_saved(self) -> TrainConfig:
+        """`keep_every` names steps that are saved: a multiple of `save_every` (else it would keep nothing)."""
+        if self.keep_every and self.save_every and self.keep_every % self.save_every:
+            raise ValueError(f"train.keep_every ({self.keep_every}) keeps the checkpoints of its multiples, but only "
+                             f"every train.save_every ({self.save_every}) steps is saved; set keep_every to a multiple "
+                             "of save_every")
+        return self
 
     @field_validator("async_mode", mode="before")
     @classmethod

@@ -3,10 +3,10 @@
 `runs/<run>/checkpoints/step-<n>/` holds, per learner role, `<role>/deepspeed/` (weights, optimizer,
 scheduler and RNG states: what `--resume` needs) and `<role>/hf/` (the Hugging Face weights that
 vLLM, evaluation and serving load), then `trainer_state.json`, written last: its presence marks a
-complete checkpoint. The newest `train.keep_checkpoints` stay whole; of the older ones only the best
-by dev answer F1 (`dev_answer_f1` in its state, when the run evaluated at a saved step) stays, with its
-`hf/` weights alone; the rest are deleted, so a run's disk is bounded however long it runs (for Gemma 3
-270M the DeepSpeed state is ~3.5 GB a role, the weights 0.5).
+complete checkpoint. The newest `train.keep_checkpoints` stay whole, and so does every `train.keep_every`-th
+step's; of the older ones only the best by dev answer F1 (`dev_answer_f1` in its state, when the run evaluated
+at a saved step) stays, with its `hf/` weights alone; the rest are deleted, so a run's disk is bounded however
+long it runs (for Gemma 3 270M the DeepSpeed state is ~3.5 GB a role, the weights 0.5).
 
 A run with `train.warm_start` also has `checkpoints/warm-start/` (the warm-started policy's `policy/hf/`,
 not resumable; its `trainer_state.json` holds its dev answer F1 once evaluated). `checkpoints/best` is a
@@ -108,9 +108,10 @@ def record_warm_start_dev(run_dir: str | Path, dev_answer_f1: float) -> Path:
     return warm
 
 
-def prune_checkpoints(run_dir: str | Path, keep: int) -> list[Path]:
-    """Keep the newest `keep` (>= 1) complete checkpoints whole and, if it is older, the best by dev
-    answer F1 (`best_checkpoint`) with its `<role>/hf/` weights and `trainer_state.json` only (marked
+def prune_checkpoints(run_dir: str | Path, keep: int, keep_every: int = 0) -> list[Path]:
+    """Keep the newest `keep` (>= 1) complete checkpoints whole, every one whose step is a multiple of
+    `keep_every` (> 0) whole too (`train.keep_every`: for update replays), and, if it is older, the best by
+    dev answer F1 (`best_checkpoint`) with its `<role>/hf/` weights and `trainer_state.json` only (marked
     `"resumable": false`); delete every other complete checkpoint. Checkpoints being written (no
     state file yet) are never touched. Returns the pruned ones (deleted: no longer a directory).
 
@@ -123,6 +124,8 @@ def prune_checkpoints(run_dir: str | Path, keep: int) -> list[Path]:
     best = best_checkpoint(done)
     pruned = []
     for ckpt in done[:-keep]:
+        if keep_every > 0 and checkpoint_step(ckpt) % keep_every == 0:
+            continue
         if ckpt != best:
             (ckpt / STATE_FILE).unlink()  # first: a half-deleted folder is never taken for a checkpoint
             shutil.rmtree(ckpt)

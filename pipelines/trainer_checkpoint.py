@@ -37,7 +37,8 @@ def save_checkpoint(trainer: Any, step: int) -> Path:
     (path / STATE_FILE).write_text(json.dumps(state))
     if trainer.snapshot is not None:  # the checkpoint is newer: the snapshot's memory goes back
         trainer.snapshot.remove()
-    for old in prune_checkpoints(trainer.run_dir, trainer.cfg.train.keep_checkpoints):
+    for old in prune_checkpoints(trainer.run_dir, trainer.cfg.train.keep_checkpoints,
+                                 trainer.cfg.train.keep_every):
         if old.is_dir():
             log.info("checkpoint %s: the best by dev F1, Hugging Face weights kept (%.2f GB)", old.name,
                      dir_bytes(old) / 1e9)

@@ -67,6 +67,24 @@ def test_prune_keeps_the_best_older_checkpoints_weights(tmp_path):
     assert best_checkpoint([]) is None
 
 
+def test_keep_every_keeps_those_steps_whole_for_replays(tmp_path):
+    """`train.keep_every`: the multiples stay whole (resumable, DeepSpeed state kept) past `keep`; the rest of the
+    older ones go as before, and a keep_every that no saved step is a multiple of is refused in the config."""
+    for step in (2, 4, 6, 8, 10):
+        _checkpoint(tmp_path, step)
+    pruned = prune_checkpoints(tmp_path, keep=1, keep_every=4)
+    assert sorted(p.name for p in pruned) == ["step-2", "step-6"]
+    assert [p.name for p in complete_checkpoints(tmp_path)] == ["step-4", "step-8", "step-10"]
+    assert all(is_resumable(p) and list(p.glob("*/deepspeed")) for p in complete_checkpoints(tmp_path))
+    assert last_checkpoint(tmp_path).name == "step-10"
+    assert [p.name for p in prune_checkpoints(tmp_path, keep=1)] == ["step-4", "step-8"]  # 0: the old rule
+    from configs.schema import TrainConfig
+
+    assert TrainConfig(save_every=2, keep_every=4).keep_every == 4
+    with pytest.raises(ValueError, match="keep_every to a multiple of save_every"):
+        TrainConfig(save_every=4, keep_every=6)
+
+
 def test_last_checkpoint_skips_pruned_ones_for_resume(tmp_path):
     assert last_checkpoint(tmp_path) is None
     _checkpoint(tmp_path, 1)

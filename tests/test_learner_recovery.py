@@ -210,7 +210,7 @@ def test_a_newer_checkpoint_wins_over_the_snapshot_and_removes_it(tmp_path):
     assert trainer.resumed == [trainer.run_dir / "checkpoints" / "step-4"] and trainer.policy.loaded == []
 
     owner = SimpleNamespace(run_dir=tmp_path / "run2", policy=FakeGroup(), critic=None, tracker=None, dev_f1={},
-                            snapshot=snap, cfg=SimpleNamespace(train=SimpleNamespace(keep_checkpoints=1)))
+                            snapshot=snap, cfg=SimpleNamespace(train=SimpleNamespace(keep_checkpoints=1, keep_every=0)))
     Trainer.save(owner, 5)  # the real save: checkpoint, then the older snapshot goes
     assert (owner.run_dir / "checkpoints" / "step-5" / "trainer_state.json").is_file()
     assert snap.path is None and not snap.dir.exists()

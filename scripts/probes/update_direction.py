@@ -24,9 +24,9 @@ carried by the gradient of the other turns' tokens; one that rises under `moment
 
 Needs the memory of one learner update and a reference model (~7 GB for Gemma 3 270M; never beside a training
 run) and a checkpoint of one learner rank (DeepSpeed loads a checkpoint into the world size that wrote it); 9 min a
-replay for the 270M searcher on a 2-core EPYC. The run's `keep_checkpoints` keeps only the latest few: copy the
-ones to replay aside while the run goes on (a folder holding the run's `config.yaml`, a link to its `rollouts/` and
-the copies under `checkpoints/` is a run to this probe).
+replay for the 270M searcher on a 2-core EPYC. The run's `keep_checkpoints` keeps only the latest few: train with
+`train.keep_every` to keep every k-th whole, or copy the ones to replay aside while the run goes on (a folder holding
+the run's `config.yaml`, a link to its `rollouts/` and the copies under `checkpoints/` is a run to this probe).
 
 Raises (exit 2): no config or rollouts, no checkpoint `step-<checkpoint>`, a run whose recipe is not s3.
 """
