@@ -12,11 +12,12 @@ from scripts.probes.s3_rollouts import main, step_summary
 
 
 def _traj(group: str, reward: float, turns: list[tuple[str, str | None]], *, docs: int, ctx: bool,
-          searches: int, found: bool, rag: float = 0.0) -> dict:
+          searches: int, found: bool, rag: float = 0.0, initial: bool | None = None) -> dict:
     return {"group_id": group, "reward": reward, "reward_components": {"gen_acc_s3": reward + rag, "gen_acc_rag": rag},
             "turns": [{"text": text, "query": query} for text, query in turns],
             "final": {"selected_doc_ids": [f"d{i}" for i in range(docs)],
-                      "search": {"context_hit": ctx, "own_searches": searches, "found_by_search": found}}}
+                      "search": {"context_hit": ctx, "own_searches": searches, "found_by_search": found,
+                                 "initial_hit": ctx if initial is None else initial}}}
 
 
 def _run(tmp_path, recipe: str = "s3"):
@@ -27,7 +28,8 @@ def _run(tmp_path, recipe: str = "s3"):
     step = [
         # group a: first turn leaves the top-3 whole, searches twice with two queries, selects [2] then nothing
         _traj("a", 0.5, [(q % "x y", "x y"), ("<important_info>[2]</important_info>" + q % "z", "z"),
-                         ("<search_complete>True</search_complete>", None)], docs=4, ctx=True, searches=2, found=True),
+                         ("<search_complete>True</search_complete>", None)], docs=4, ctx=True, searches=2, found=True,
+                         initial=False),
         _traj("a", 0.0, [("<important_info>[1]</important_info><search_complete>True</search_complete>", None)],
               docs=1, ctx=False, searches=0, found=False),
         # group b: both samples score 0 (tied); one selection after a search
@@ -54,6 +56,7 @@ def test_step_measures_from_saved_rollouts(tmp_path, capsys):
     assert row["step"] == 3 and row["episodes"] == 6 and row["groups"] == 3
     assert row["reward"] == -0.5 / 6 and row["docs"] == 10 / 6 and row["ctx_recall"] == 0.5
     assert row["searches"] == 0.5 and row["found"] == 1 / 6 and row["distinct_q>1"] == 1
+    assert row["gained"] == 1 / 6  # group a's first sample: its context holds the gold the top-k lacked
     assert row["whole_first"] == 1  # only group a's first sample wrote no <important_info> in turn 1
     assert row["search_sel"] == {"[2]": 2, "none": 1}  # the selections written after a search
     assert row["first_sel"] == {"[1, 3]": 2, "[]": 2, "none": 1}  # commonest first; [1] (once) is cut
@@ -70,7 +73,7 @@ def test_step_measures_from_saved_rollouts(tmp_path, capsys):
     assert raw == {"[1, 3]": 0.5, "[]": -0.5, "none": 0.25}  # reward − group mean: a's [1] (−0.25) is cut
     assert main([str(run), "--steps", "3"]) == 0
     table = capsys.readouterr().out
-    assert ("| 3 | -0.083 | 1.7 | 0.50 | 0.50 | 1 of 6 | 0.17 | 1 of 6 | `[2]` 2, `none` 1 | 1 of 3 "
+    assert ("| 3 | -0.083 | 1.7 | 0.50 | 0.50 | 1 of 6 | 0.17 | 0.17 | 1 of 6 | `[2]` 2, `none` 1 | 1 of 3 "
             "| `[]` 2, `[1, 3]` 2, `none` 1 | ") in table and "+0.71" in table and "| 1 of 2 | 1 (F1 0: 1) |" in table
     # judge_only: group c's kept answer scored 1 with no answer text saved (no span match, F1 0)
 

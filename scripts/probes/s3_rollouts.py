@@ -9,6 +9,8 @@ Reads `<run>/config.yaml` (the recipe and its options, to parse each turn as tra
 - `ctx_recall`: share of episodes whose context holds a gold answer (`final.search.context_hit`);
 - `searches`: the searcher's own searches per episode; `distinct_q>1`: episodes with 2+ different queries;
 - `found`: share of episodes where a search of its own returned a gold-holding document the top-k lacked;
+  `gained`: share whose context holds a gold answer the top-k lacked (`context_hit` without `initial_hit`:
+  the searcher selected what its search found; at most `found` under `initial_block: keep`);
 - `whole_first`: episodes whose first turn leaves the initial top-k unselected (read whole: naive RAG's context);
 - `search_sel`: the commonest selections written after a search (`none`: no `<important_info>`);
 - `tied`: GRPO groups whose samples all got the same reward (no gradient from them);
@@ -109,6 +111,7 @@ def step_summary(recipe: Any, trajectories: list[dict], algorithm: Any = None) -
         out["ctx_recall"] += bool(search.get("context_hit"))
         out["searches"] += int(search.get("own_searches") or 0)
         out["found"] += bool(search.get("found_by_search"))
+        out["gained"] += bool(search.get("context_hit")) and not search.get("initial_hit")
         turns = t.get("turns") or []
         selections = [selected_ids(recipe.parse(turn["text"])) for turn in turns]
         out["whole_first"] += not turns or selections[0] is None
@@ -133,7 +136,7 @@ def step_summary(recipe: Any, trajectories: list[dict], algorithm: Any = None) -
         if len(set(rewards)) > 1:
             first_adv[first_label[id(t)]] += trained[i] if trained is not None else \
                 (t.get("reward") or 0.0) - sum(r or 0.0 for r in rewards) / len(rewards)
-    means = {k: out[k] / n for k in ("reward", "docs", "ctx_recall", "searches", "found")} if n else {}
+    means = {k: out[k] / n for k in ("reward", "docs", "ctx_recall", "searches", "found", "gained")} if n else {}
     return {"episodes": n, **means, "distinct_q>1": out["distinct_q>1"], "whole_first": out["whole_first"],
             "search_sel": dict(search_sel.most_common(TOP_SELECTIONS)), "tied": tied, "groups": len(groups),
             "first_sel": dict(first_sel.most_common(TOP_SELECTIONS)), "lost": out["lost"], "rag_right": out["rag_right"],
@@ -174,9 +177,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if not args.json:
-        print("| step | reward | docs | ctx_recall | searches | distinct_q>1 | found | whole_first | search_sel | tied "
+        print("| step | reward | docs | ctx_recall | searches | distinct_q>1 | found | gained | whole_first | search_sel | tied "
               "| first_sel | first_adv | lost | judge_only |")
-        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | --- | ---: | ---: |")
+        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | --- | ---: | ---: |")
     for step in steps:
         s = step_summary(recipe, _read(run / "rollouts" / f"step-{step}.jsonl.gz"), algorithm)
         if args.json:
@@ -185,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         sel, first = (", ".join(f"`{k}` {v}" for k, v in s[c].items()) or "-" for c in ("search_sel", "first_sel"))
         adv = ", ".join(f"`{k}` {v:+.2f}" for k, v in s["first_adv"].items()) or "-"
         print(f"| {step} | {s['reward']:+.3f} | {s['docs']:.1f} | {s['ctx_recall']:.2f} | {s['searches']:.2f} | "
-              f"{s['distinct_q>1']} of {s['episodes']} | {s['found']:.2f} | {s['whole_first']} of {s['episodes']} | "
+              f"{s['distinct_q>1']} of {s['episodes']} | {s['found']:.2f} | {s['gained']:.2f} | {s['whole_first']} of {s['episodes']} | "
               f"{sel} | {s['tied']} of {s['groups']} | {first} | {adv} | {s['lost']} of {s['rag_right']} | "
               f"{s['judge_only']} (F1 0: {s['judge_only_f1_0']}) |")
     return 0
