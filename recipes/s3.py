@@ -138,6 +138,12 @@ class S3Config(RecipeConfig):
         "the searcher's prompt (Fig. 11) already says only the content between <important_info> is used. "
         "Against the leave-all shortcut: a GRPO searcher (`fresh_docs`, a 270M reader) stopped selecting and read "
         "12 documents, which the reader answered from worse than from 3. Not in the paper.")
+    found_reward: float = Field(
+        0.0, ge=0.0, description="Added to Eq. 1 when the generator's context holds a gold answer (span check) that "
+        "the initial top-k lacks, i.e. the searcher kept a gold-holding document its own search returned (issue 62; "
+        "component `found`). Against the searcher that drops what it finds: with `initial_block: keep` and GenAcc, "
+        "its searches returned such a document in 8-36% of episodes and its context kept one in 0-2%, and Eq. 1 "
+        "pays only where the 270M reader's answer turns. 0 = the paper. Not in the paper.")
     initial_block: Literal["select", "keep"] = Field(
         "select", description="What the generator reads of the initial top-k (issue 62). select: what the searcher "
         "selects of it, all of it unselected (App. A.5). keep: all of it whatever the searcher writes, so the context "
@@ -434,7 +440,8 @@ class S3(Recipe):
         """Gain Beyond RAG (s3 Eq. 1): Acc(G(Q, D_s3)) − Acc(G(Q, D_RAG)), in {−1, 0, 1} for GenAcc
         (in [−1, 1] for F1); the `code` variant adds Acc_s3 (range [−1, 2]). Acc is `reward_metric`
         (`accuracy`). With `no_selection_reward` set, an episode that selected nothing gets that value
-        instead (component `no_selection`: 1.0 for such an episode). Also stores the generator's answer in
+        instead (component `no_selection`: 1.0 for such an episode). With `found_reward`, that much more where the
+        context holds a gold answer the initial top-k lacks (component `found`). Also stores the generator's answer in
         `episode.final.answer`.
 
         Components keep the paper's names whatever the metric: `gen_acc_s3` and `gen_acc_rag` hold
@@ -455,6 +462,11 @@ class S3(Recipe):
         gain = acc_s3 - acc_rag
         total = gain + acc_s3 if self.config.reward_variant == "code" else gain
         components = {"gen_acc_s3": acc_s3, "gen_acc_rag": acc_rag, "gain_beyond_rag": gain}
+        if self.config.found_reward:
+            found = bool(docs_holding_answer(final.selected_docs, golds)) and not docs_holding_answer(
+                episode.initial_docs, golds)
+            components["found"] = float(found)
+            total += self.config.found_reward * found
         if self.config.no_selection_reward is not None:
             selected = any(selected_ids(t.action) is not None for t in episode.turns)
             components["no_selection"] = 0.0 if selected else 1.0

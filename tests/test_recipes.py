@@ -207,6 +207,28 @@ def test_s3_initial_block_keep_reads_the_top_k_whole_whatever_is_selected():
         get_recipe("s3", initial_block="drop")
 
 
+def test_s3_found_reward_pays_for_keeping_a_gold_answer_the_top_k_lacked():
+    """`found_reward`: Eq. 1 plus the term where the context holds a gold answer (span check) that the initial
+    top-k lacks; nothing for one that selects nothing of the search, nor where the top-k already held one."""
+    scorer = ScriptedScorer({}, default=RAG_ANSWER)  # the generator is wrong everywhere: Eq. 1 gives 0
+    s3 = get_recipe("s3", initial_block="keep", unselected_search_block="none", found_reward=0.5)
+    totals = {}
+    for sel in ("[2]", "[3]", "[]"):  # SECOND: documents 1 and 2 hold "2007", 3 does not
+        ep = s3.start(EARTHSHIP_Q, ["2007"], INITIAL, chat=False)
+        run(s3, ep, ["<query>q1</query>", f"<important_info>{sel}</important_info><search_complete>True"
+                     "</search_complete>"], [SECOND])
+        r = s3.reward(ep, scorer)
+        totals[sel] = (r.total, r.components["found"], r.components["gain_beyond_rag"])
+    assert totals == {"[2]": (0.5, 1.0, 0.0), "[3]": (0.0, 0.0, 0.0), "[]": (0.0, 0.0, 0.0)}
+    held = s3.start(EARTHSHIP_Q, ["Earthship"], INITIAL, chat=False)  # the top-k holds the answer already
+    run(s3, held, ["<query>q1</query>", "<important_info>[3]</important_info><search_complete>True</search_complete>"],
+        [SECOND])
+    assert s3.reward(held, scorer).components["found"] == 0.0
+    assert "found" not in get_recipe("s3").reward(table7_episode(get_recipe("s3")), scorer).components
+    with pytest.raises(ValueError, match="found_reward"):
+        get_recipe("s3", found_reward=-1.0)
+
+
 def test_s3_max_selected_search_caps_a_search_blocks_selection_not_the_top_k():
     """`max_selected_search: 1`: a search's block keeps the id written first, the initial top-k keeps up to
     `max_selected`; the expert selects one answer-holding document of a search's block."""
