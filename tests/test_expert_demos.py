@@ -515,3 +515,26 @@ def test_s3_leave_first_reads_an_initial_top_k_without_the_answer_whole_and_stil
                          [ex("q2", "Who directed the film Quiet Harbor?", [BRIDGE])], False)[0]  # the top-3 holds it
     assert held.turns[0].text.startswith("<important_info>[1]</important_info><query>")
     assert held.final["selected_doc_ids"] == ["p-film"]
+
+
+def test_s3_expert_search_pick_first_keeps_document_1_of_a_search_without_the_answer(gemma_tokenizer):
+    """`expert_search_pick: first` (issue 62): a search's block without the gold gets `[1]` instead of `[]`, so
+    every demonstrated search keeps a document; a block with the gold still gets the gold-holding one, and a
+    question whose searches never show the gold still gives no demonstration."""
+    words = json.dumps({"query": " ".join(key_words(BRIDGE_Q))})
+    recipe = get_recipe("s3", max_turns=3, expert_searches="key_words", fresh_docs=True,
+                        expert_unsure_block="leave_first", expert_search_pick="first")
+    t = run_main_loop(gemma_tokenizer, recipe, ranked_searcher([]), [ex("q1", BRIDGE_Q, ["Vellmar"])], False)[0]
+    assert [turn.text for turn in t.turns] == [
+        f"<query>{words}</query>", f"<important_info>[1]</important_info><query>{words}</query>",
+        "<important_info>[1]</important_info><search_complete>True</search_complete>"]
+    first = [d.doc_id for d in t.episode.initial_docs]
+    assert t.final["selected_doc_ids"] == [*first, "p-x3", "p-born"]  # document 1 of each search's block
+    held = run_main_loop(gemma_tokenizer, recipe, ranked_searcher([]),
+                         [ex("q2", "Who directed the film Quiet Harbor?", [BRIDGE])], False)[0]  # the top-3 holds it
+    assert held.turns[1].text == "<important_info>[1]</important_info><search_complete>True</search_complete>"
+    assert held.final["selected_doc_ids"][0] == "p-film" and len(held.final["selected_doc_ids"]) == 2
+    never = get_recipe("s3", max_turns=3, expert_searches="key_words", fresh_docs=False,
+                       expert_unsure_block="leave_first", expert_search_pick="first")
+    t = run_main_loop(gemma_tokenizer, never, ranked_searcher([]), [ex("q1", BRIDGE_Q, ["Vellmar"])], False)[0]
+    assert t.finish_reason == NO_DEMONSTRATION
