@@ -8,7 +8,8 @@ Reads `<run>/config.yaml` (the recipe and its options, to parse each turn as tra
 - `docs`: documents the frozen generator read (the selected context, D_s3), mean per episode;
 - `ctx_recall`: share of episodes whose context holds a gold answer (`final.search.context_hit`);
 - `searches`: the searcher's own searches per episode; `distinct_q>1`: episodes with 2+ different queries;
-- `found`: share of episodes where a search of its own returned a gold-holding document the top-k lacked;
+- `found`: share of episodes where a search of its own returned a gold-holding document not among the top-k (also
+  where the top-k held another);
   `gained`: share whose context holds a gold answer the top-k lacked (`context_hit` without `initial_hit`:
   the searcher selected what its search found; at most `found` under `initial_block: keep`);
 - `whole_first`: episodes whose first turn leaves the initial top-k unselected (read whole: naive RAG's context);
