@@ -10,6 +10,7 @@ Reads `<run>/config.yaml` (the recipe and its options, to parse each turn as tra
 - `searches`: the searcher's own searches per episode; `distinct_q>1`: episodes with 2+ different queries;
 - `found`: share of episodes where a search of its own returned a gold-holding document not among the top-k (also
   where the top-k held another);
+  `found_new`: share where the top-k held no gold answer and such a search found one (what `gained` can reach);
   `gained`: share whose context holds a gold answer the top-k lacked (`context_hit` without `initial_hit`:
   the searcher selected what its search found; at most `found` under `initial_block: keep`);
 - `whole_first`: episodes whose first turn leaves the initial top-k unselected (read whole: naive RAG's context);
@@ -112,6 +113,7 @@ def step_summary(recipe: Any, trajectories: list[dict], algorithm: Any = None) -
         out["ctx_recall"] += bool(search.get("context_hit"))
         out["searches"] += int(search.get("own_searches") or 0)
         out["found"] += bool(search.get("found_by_search"))
+        out["found_new"] += bool(search.get("found_by_search")) and not search.get("initial_hit")
         out["gained"] += bool(search.get("context_hit")) and not search.get("initial_hit")
         turns = t.get("turns") or []
         selections = [selected_ids(recipe.parse(turn["text"])) for turn in turns]
@@ -137,7 +139,7 @@ def step_summary(recipe: Any, trajectories: list[dict], algorithm: Any = None) -
         if len(set(rewards)) > 1:
             first_adv[first_label[id(t)]] += trained[i] if trained is not None else \
                 (t.get("reward") or 0.0) - sum(r or 0.0 for r in rewards) / len(rewards)
-    means = {k: out[k] / n for k in ("reward", "docs", "ctx_recall", "searches", "found", "gained")} if n else {}
+    means = {k: out[k] / n for k in ("reward", "docs", "ctx_recall", "searches", "found", "found_new", "gained")} if n else {}
     return {"episodes": n, **means, "distinct_q>1": out["distinct_q>1"], "whole_first": out["whole_first"],
             "search_sel": dict(search_sel.most_common(TOP_SELECTIONS)), "tied": tied, "groups": len(groups),
             "first_sel": dict(first_sel.most_common(TOP_SELECTIONS)), "lost": out["lost"], "rag_right": out["rag_right"],
@@ -178,9 +180,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if not args.json:
-        print("| step | reward | docs | ctx_recall | searches | distinct_q>1 | found | gained | whole_first | search_sel | tied "
+        print("| step | reward | docs | ctx_recall | searches | distinct_q>1 | found | found_new | gained | whole_first | search_sel | tied "
               "| first_sel | first_adv | lost | judge_only |")
-        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | --- | ---: | ---: |")
+        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | --- | ---: | ---: |")
     for step in steps:
         s = step_summary(recipe, _read(run / "rollouts" / f"step-{step}.jsonl.gz"), algorithm)
         if args.json:
@@ -189,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
         sel, first = (", ".join(f"`{k}` {v}" for k, v in s[c].items()) or "-" for c in ("search_sel", "first_sel"))
         adv = ", ".join(f"`{k}` {v:+.2f}" for k, v in s["first_adv"].items()) or "-"
         print(f"| {step} | {s['reward']:+.3f} | {s['docs']:.1f} | {s['ctx_recall']:.2f} | {s['searches']:.2f} | "
-              f"{s['distinct_q>1']} of {s['episodes']} | {s['found']:.2f} | {s['gained']:.2f} | {s['whole_first']} of {s['episodes']} | "
+              f"{s['distinct_q>1']} of {s['episodes']} | {s['found']:.2f} | {s['found_new']:.2f} | "
+              f"{s['gained']:.2f} | {s['whole_first']} of {s['episodes']} | "
               f"{sel} | {s['tied']} of {s['groups']} | {first} | {adv} | {s['lost']} of {s['rag_right']} | "
               f"{s['judge_only']} (F1 0: {s['judge_only_f1_0']}) |")
     return 0
