@@ -32,10 +32,11 @@ def _run(tmp_path, recipe: str = "s3"):
                          initial=False),
         _traj("a", 0.0, [("<important_info>[1]</important_info><search_complete>True</search_complete>", None)],
               docs=1, ctx=False, searches=0, found=False),
-        # group b: both samples score 0 (tied); one selection after a search
+        # group b: both samples score 0 (tied); one selection after a search, which found a gold answer beside
+        # the one the top-k held (found, not found_new)
         _traj("b", 0.0, [("<important_info>[]</important_info>" + q % "x", "x"),
                          ("<important_info>[2]</important_info><search_complete>True</search_complete>", None)],
-              docs=1, ctx=True, searches=1, found=False),
+              docs=1, ctx=True, searches=1, found=True),
         _traj("b", 0.0, [("<important_info>[1, 3]</important_info><search_complete>True</search_complete>", None)],
               docs=2, ctx=False, searches=0, found=False),
         # group c: naive RAG was right (a --keep-answered question); one sample keeps it, one loses it
@@ -55,7 +56,7 @@ def test_step_measures_from_saved_rollouts(tmp_path, capsys):
     row = json.loads(capsys.readouterr().out)
     assert row["step"] == 3 and row["episodes"] == 6 and row["groups"] == 3
     assert row["reward"] == -0.5 / 6 and row["docs"] == 10 / 6 and row["ctx_recall"] == 0.5
-    assert row["searches"] == 0.5 and row["found"] == 1 / 6 and row["distinct_q>1"] == 1
+    assert row["searches"] == 0.5 and row["found"] == 2 / 6 and row["distinct_q>1"] == 1
     assert row["found_new"] == 1 / 6 and row["gained"] == 1 / 6  # group a's first sample: its context holds the gold the top-k lacked
     assert row["whole_first"] == 1  # only group a's first sample wrote no <important_info> in turn 1
     assert row["search_sel"] == {"[2]": 2, "none": 1}  # the selections written after a search
@@ -73,7 +74,7 @@ def test_step_measures_from_saved_rollouts(tmp_path, capsys):
     assert raw == {"[1, 3]": 0.5, "[]": -0.5, "none": 0.25}  # reward − group mean: a's [1] (−0.25) is cut
     assert main([str(run), "--steps", "3"]) == 0
     table = capsys.readouterr().out
-    assert ("| 3 | -0.083 | 1.7 | 0.50 | 0.50 | 1 of 6 | 0.17 | 0.17 | 0.17 | 1 of 6 | `[2]` 2, `none` 1 | 1 of 3 "
+    assert ("| 3 | -0.083 | 1.7 | 0.50 | 0.50 | 1 of 6 | 0.33 | 0.17 | 0.17 | 1 of 6 | `[2]` 2, `none` 1 | 1 of 3 "
             "| `[]` 2, `[1, 3]` 2, `none` 1 | ") in table and "+0.71" in table and "| 1 of 2 | 1 (F1 0: 1) |" in table
     # judge_only: group c's kept answer scored 1 with no answer text saved (no span match, F1 0)
 
