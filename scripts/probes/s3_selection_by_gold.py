@@ -1,0 +1,149 @@
+"""Does an s3 searcher select the documents that hold the answer, or a position? Read from a run's saved rollouts.
+
+    .venv/bin/python -m scripts.probes.s3_selection_by_gold runs/<run> [--steps 32-41] [--json]
+
+A searcher that reads for the answer selects a gold-holding document more often than one that holds none, at every
+position; one that learned a position selects position 1 (say) as often either way (issue 62: the expert's
+selections depend on the documents, the trained searcher's must too). For every selection the searcher wrote, by
+the document's position in the block it selects among (1 = the retriever's first):
+- `initial`: turn 1's selection among the initial top-k (`final.search.shown_doc_ids[:retrieval.topk]`);
+- `search`: turn k's selection among turn k−1's search results (`turns[k-1].doc_ids`), k ≥ 2;
+- per position: `gold n` (documents holding a gold answer: `recipes.search_metrics.doc_holds_answer`, s3's span
+  check) and the share of them selected; `other n` and its share; `lift` = gold share − other share (about 0 for
+  a position);
+- `unwritten`: blocks whose turn wrote no `<important_info>` (left out of the shares: what they mean depends on
+  `initial_block` / `unselected_search_block`).
+
+Reads `<run>/config.yaml` (recipe options, data pack, `retrieval.topk`), `<run>/rollouts/step-<n>.jsonl.gz` and the
+run's corpus (`data.dir`, else $SEARCHRL_DATA) for the documents' text. No Ray, no engine, no index. Raises (exit 2):
+no config or rollouts, a run whose recipe is not s3, a step range with no saved step, a missing data pack.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from scripts.probes.s3_rollouts import _read, _recipe, _steps
+
+BLOCKS = ("initial", "search")
+
+
+def _blocks(trajectory: dict, topk: int) -> Iterable[tuple[str, list[str], str]]:
+    """`(block, doc ids shown in order, text of the turn that selects among them)` for each selection turn."""
+    turns = trajectory.get("turns") or []
+    shown = ((trajectory.get("final") or {}).get("search") or {}).get("shown_doc_ids") or []
+    if turns and shown:
+        yield "initial", list(shown[:topk]), turns[0]["text"]
+    for k in range(1, len(turns)):
+        if turns[k - 1].get("doc_ids"):
+            yield "search", list(turns[k - 1]["doc_ids"]), turns[k]["text"]
+
+
+def selection_by_gold(recipe: Any, trajectories: Iterable[dict], topk: int,
+                      holds_gold: Callable[[str, Sequence[str]], bool]) -> dict[str, Any]:
+    """Counts per block and position (see the module docstring) over `trajectories` (`Trajectory.to_json` rows).
+
+    `holds_gold(doc_id, golden_answers)` says whether a document holds a gold answer. Returns
+    `{block: {"positions": {p: {"gold_n", "gold_selected", "other_n", "other_selected"}}, "unwritten": int}}`,
+    counts (int), positions 1-based."""
+    from recipes.s3 import selected_ids
+
+    out: dict[str, Any] = {b: {"positions": {}, "unwritten": 0} for b in BLOCKS}
+    for t in trajectories:
+        golds = t.get("golden_answers") or []
+        for block, ids, text in _blocks(t, topk):
+            selected = selected_ids(recipe.parse(text))
+            if selected is None:
+                out[block]["unwritten"] += 1
+                continue
+            for p, doc_id in enumerate(ids, 1):
+                row = out[block]["positions"].setdefault(p, Counter(gold_n=0, gold_selected=0, other_n=0, other_selected=0))
+                kind = "gold" if holds_gold(doc_id, golds) else "other"
+                row[f"{kind}_n"] += 1
+                row[f"{kind}_selected"] += p in selected
+    for block in BLOCKS:
+        out[block]["positions"] = {p: dict(c) for p, c in sorted(out[block]["positions"].items())}
+    return out
+
+
+def _share(selected: int, n: int) -> float | None:
+    return selected / n if n else None
+
+
+def _corpus_holds_gold(run: Path) -> tuple[Callable[[str, Sequence[str]], bool], int]:
+    """`holds_gold` over the run's corpus and the run's `retrieval.topk`. Raises DataPackError / ValueError."""
+    from configs.loader import load_config
+    from pipelines.data import iter_corpus, resolve_data_dir
+    from recipes.base import Doc
+    from recipes.search_metrics import doc_holds_answer
+
+    cfg = load_config(run / "config.yaml")
+    corpus = {p.id: Doc(p.id, p.title, p.text) for p in iter_corpus(resolve_data_dir(cfg.data.dir) / cfg.data.corpus)}
+
+    def holds_gold(doc_id: str, golds: Sequence[str]) -> bool:
+        if doc_id not in corpus:
+            raise ValueError(f"{doc_id}: not in the run's corpus (data.dir / data.corpus name another corpus)")
+        return doc_holds_answer(corpus[doc_id], golds)
+
+    return holds_gold, cfg.retrieval.topk
+
+
+def _step_range(run: Path, wanted: str | None) -> list[int]:
+    """Saved steps within `wanted` ("LO-HI", "N" or None: all). Raises ValueError: none saved in the range."""
+    have = _steps(run, None)
+    if not wanted:
+        return have
+    lo, _, hi = wanted.partition("-")
+    try:
+        lo_i, hi_i = int(lo), int(hi or lo)
+    except ValueError:
+        raise ValueError(f"--steps {wanted}: write LO-HI or N (for example 32-41)") from None
+    steps = [s for s in have if lo_i <= s <= hi_i]
+    if not steps:
+        raise ValueError(f"--steps {wanted}: no saved step in that range; the run has {have[0]}-{have[-1]}")
+    return steps
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the table (or one JSON object with --json); exit 2 with an `error:` line on a bad run or range."""
+    parser = argparse.ArgumentParser(prog="python -m scripts.probes.s3_selection_by_gold",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("run", help="run directory (runs/s3-...)")
+    parser.add_argument("--steps", default=None, help="LO-HI or N: the saved steps to pool (default: every one)")
+    parser.add_argument("--json", action="store_true", help="the counts as one JSON object instead of the table")
+    args = parser.parse_args(argv)
+    run = Path(args.run)
+    from pipelines.data import DataPackError
+
+    try:
+        recipe, steps = _recipe(run), _step_range(run, args.steps)
+        holds_gold, topk = _corpus_holds_gold(run)
+        trajectories = (t for s in steps for t in _read(run / "rollouts" / f"step-{s}.jsonl.gz"))
+        counts = selection_by_gold(recipe, trajectories, topk, holds_gold)
+    except (ValueError, OSError, DataPackError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"run": str(run), "steps": [steps[0], steps[-1]], **counts}))
+        return 0
+    print(f"{run} steps {steps[0]}-{steps[-1]} ({len(steps)} saved)")
+    print("| block | position | gold n | gold selected | other n | other selected | lift |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for block in BLOCKS:
+        for p, c in counts[block]["positions"].items():
+            g, o = _share(c["gold_selected"], c["gold_n"]), _share(c["other_selected"], c["other_n"])
+            lift = f"{g - o:+.2f}" if g is not None and o is not None else "-"
+            print(f"| {block} | {p} | {c['gold_n']} | {'-' if g is None else f'{g:.2f}'} | {c['other_n']} | "
+                  f"{'-' if o is None else f'{o:.2f}'} | {lift} |")
+        print(f"| {block} | unwritten | {counts[block]['unwritten']} | | | | |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
