@@ -3,7 +3,7 @@ minutes, dev F1 / cover-EM at the start, end and best, and the test F1 of the tr
 searcher when its evaluation ran; with --png, every run's dev F1 and training reward against the
 question visits in one figure.
 
-    .venv/bin/python -m scripts.compare_runs runs/<run> runs/<run> ... [--png curves.png]
+    .venv/bin/python -m scripts.compare_runs runs/<run> runs/<run> ... [--png curves.png] [--names a,b,...]
 
 Reads only what the runs wrote (metrics.jsonl, config.yaml, eval/results.json); starts nothing.
 """
@@ -116,12 +116,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", type=Path, help="training run directories (runs/<run>)")
     parser.add_argument("--png", type=Path, default=None, help="write the dev F1 curves here")
+    parser.add_argument("--names", default=None,
+                        help="comma-separated labels, one a run, for the table and the legend (default: config names)")
     args = parser.parse_args(argv)
+    names = [n.strip() for n in args.names.split(",")] if args.names else None
+    if names is not None and len(names) != len(args.runs):
+        print(f"compare_runs: --names gives {len(names)} labels for {len(args.runs)} runs; give one a run",
+              file=sys.stderr)
+        return 2
     try:
         summaries = [summarize(r) for r in args.runs]
     except FileNotFoundError as e:
         print(f"compare_runs: {e}", file=sys.stderr)
         return 2
+    for s, name in zip(summaries, names or []):
+        s["name"] = name
     print(format_table(summaries))
     if args.png:
         print(f"curves: {plot(summaries, args.png)}")

@@ -51,6 +51,10 @@ def test_table_and_plot_hold_every_run(tmp_path, capsys):
     assert "| learn-a | learn-a | 2 | 32 |" in out and "0.100 → 0.300 (0.300)" in out
     assert "| 0.200 / 0.100 / – |" in out and "| – / – / – |" in out
     assert png.stat().st_size > 1000
+    assert compare_runs.main([str(a), str(b), "--names", "A, B"]) == 0
+    assert "| A | learn-a | 2 | 32 |" in capsys.readouterr().out
+    assert compare_runs.main([str(a), str(b), "--names", "A"]) == 2
+    assert "--names gives 1 labels for 2 runs" in capsys.readouterr().err
 
 
 def test_a_directory_without_metrics_is_a_clear_error(tmp_path, capsys):
