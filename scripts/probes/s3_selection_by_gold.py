@@ -76,22 +76,24 @@ def _share(selected: int, n: int) -> float | None:
     return selected / n if n else None
 
 
-def _corpus_holds_gold(run: Path) -> tuple[Callable[[str, Sequence[str]], bool], int]:
-    """`holds_gold` over the run's corpus and the run's `retrieval.topk`. Raises DataPackError / ValueError."""
+def _corpus_holds_gold(run: Path, wanted: set[str]) -> Callable[[str, Sequence[str]], bool]:
+    """`holds_gold` over the run's corpus, keeping only the `wanted` doc ids' text (a full Wikipedia corpus does
+    not fit in memory). Raises DataPackError / ValueError."""
     from configs.loader import load_config
     from pipelines.data import iter_corpus, resolve_data_dir
     from recipes.base import Doc
     from recipes.search_metrics import doc_holds_answer
 
     cfg = load_config(run / "config.yaml")
-    corpus = {p.id: Doc(p.id, p.title, p.text) for p in iter_corpus(resolve_data_dir(cfg.data.dir) / cfg.data.corpus)}
+    path = resolve_data_dir(cfg.data.dir) / cfg.data.corpus
+    corpus = {p.id: Doc(p.id, p.title, p.text) for p in iter_corpus(path) if p.id in wanted}
 
     def holds_gold(doc_id: str, golds: Sequence[str]) -> bool:
         if doc_id not in corpus:
             raise ValueError(f"{doc_id}: not in the run's corpus (data.dir / data.corpus name another corpus)")
         return doc_holds_answer(corpus[doc_id], golds)
 
-    return holds_gold, cfg.retrieval.topk
+    return holds_gold
 
 
 def _step_range(run: Path, wanted: str | None) -> list[int]:
@@ -123,9 +125,12 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         recipe, steps = _recipe(run), _step_range(run, args.steps)
-        holds_gold, topk = _corpus_holds_gold(run)
-        trajectories = (t for s in steps for t in _read(run / "rollouts" / f"step-{s}.jsonl.gz"))
-        counts = selection_by_gold(recipe, trajectories, topk, holds_gold)
+        from configs.loader import load_config
+
+        topk = load_config(run / "config.yaml").retrieval.topk
+        trajectories = [t for s in steps for t in _read(run / "rollouts" / f"step-{s}.jsonl.gz")]
+        wanted = {d for t in trajectories for _, ids, _ in _blocks(t, topk) for d in ids}
+        counts = selection_by_gold(recipe, trajectories, topk, _corpus_holds_gold(run, wanted))
     except (ValueError, OSError, DataPackError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
