@@ -17,15 +17,22 @@ def _traj(turns: list[tuple[str, list[str] | None]], shown: list[str]) -> dict:
             "final": {"search": {"shown_doc_ids": shown}}}
 
 
-def _run(tmp_path, recipe: str = "s3"):
+def write_run(tmp_path, corpus: dict[str, str], trajectories: list[dict], recipe: str = "s3", step: int = 5):
+    """A run directory with a config (top-2, `data.dir` a one-file pack of `corpus`) and one saved step."""
     data = tmp_path / "data"
     data.mkdir(parents=True)
     with gzip.open(data / "corpus.jsonl.gz", "wt") as f:
-        f.writelines(json.dumps({"id": i, "title": "", "text": t}) + "\n" for i, t in CORPUS.items())
+        f.writelines(json.dumps({"id": i, "title": "", "text": t}) + "\n" for i, t in corpus.items())
     run = tmp_path / "run"
     (run / "rollouts").mkdir(parents=True)
     (run / "config.yaml").write_text(f"train:\n  recipe: {recipe}\n  recipe_options: {{max_turns: 3, prefill: ''}}\n"
                                      f"data:\n  dir: {data}\nretrieval:\n  topk: 2\n")
+    with gzip.open(run / "rollouts" / f"step-{step}.jsonl.gz", "wt") as f:
+        f.writelines(json.dumps(t) + "\n" for t in trajectories)
+    return run
+
+
+def _run(tmp_path, recipe: str = "s3"):
     q = '<query>{"query": "x"}</query>'
     step = [
         # initial top-2 [d1, d2]: selects [1] (the gold one); its search returns [d4, d3]; selects [1] (not gold)
@@ -36,9 +43,7 @@ def _run(tmp_path, recipe: str = "s3"):
         _traj([(q, ["d3", "d2"]), ("<important_info>[1]</important_info><search_complete>True</search_complete>", None)],
               shown=["d2", "d1", "d3"]),
     ]
-    with gzip.open(run / "rollouts" / "step-5.jsonl.gz", "wt") as f:
-        f.writelines(json.dumps(t) + "\n" for t in step)
-    return run
+    return write_run(tmp_path, CORPUS, step, recipe)
 
 
 def test_counts_by_block_position_and_gold(tmp_path, capsys):

@@ -76,24 +76,27 @@ def _share(selected: int, n: int) -> float | None:
     return selected / n if n else None
 
 
-def _corpus_holds_gold(run: Path, wanted: set[str]) -> Callable[[str, Sequence[str]], bool]:
-    """`holds_gold` over the run's corpus, keeping only the `wanted` doc ids' text (a full Wikipedia corpus does
-    not fit in memory). Raises DataPackError / ValueError."""
+def corpus_docs(run: Path, wanted: set[str]) -> dict[str, Any]:
+    """`{doc_id: recipes.base.Doc}` of the run's corpus (`data.dir`, else $SEARCHRL_DATA), keeping only the `wanted`
+    doc ids' text (a full Wikipedia corpus does not fit in memory). Raises DataPackError / ValueError."""
     from configs.loader import load_config
     from pipelines.data import iter_corpus, resolve_data_dir
     from recipes.base import Doc
-    from recipes.search_metrics import doc_holds_answer
 
     cfg = load_config(run / "config.yaml")
     path = resolve_data_dir(cfg.data.dir) / cfg.data.corpus
-    corpus = {p.id: Doc(p.id, p.title, p.text) for p in iter_corpus(path) if p.id in wanted}
+    return {p.id: Doc(p.id, p.title, p.text) for p in iter_corpus(path) if p.id in wanted}
 
-    def holds_gold(doc_id: str, golds: Sequence[str]) -> bool:
+
+def doc_lookup(corpus: dict[str, Any]) -> Callable[[str], Any]:
+    """`corpus[doc_id]`, raising ValueError that names the corpus mismatch for an id it lacks."""
+
+    def doc(doc_id: str) -> Any:
         if doc_id not in corpus:
             raise ValueError(f"{doc_id}: not in the run's corpus (data.dir / data.corpus name another corpus)")
-        return doc_holds_answer(corpus[doc_id], golds)
+        return corpus[doc_id]
 
-    return holds_gold
+    return doc
 
 
 def _step_range(run: Path, wanted: str | None) -> list[int]:
@@ -112,25 +115,39 @@ def _step_range(run: Path, wanted: str | None) -> list[int]:
     return steps
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Print the table (or one JSON object with --json); exit 2 with an `error:` line on a bad run or range."""
-    parser = argparse.ArgumentParser(prog="python -m scripts.probes.s3_selection_by_gold",
-                                     description=__doc__.split("\n")[0])
+def run_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """The probes' shared command line: `run`, `--steps LO-HI`, `--json`."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("run", help="run directory (runs/s3-...)")
     parser.add_argument("--steps", default=None, help="LO-HI or N: the saved steps to pool (default: every one)")
-    parser.add_argument("--json", action="store_true", help="the counts as one JSON object instead of the table")
-    args = parser.parse_args(argv)
+    parser.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    return parser
+
+
+def load_run(run: Path, steps_arg: str | None) -> tuple[Any, list[int], int, list[dict], dict[str, Any]]:
+    """`(recipe, steps, topk, trajectories, corpus)` of an s3 run: the saved steps in `steps_arg`, their rollouts,
+    `retrieval.topk` and `corpus_docs` of every document shown in a selection block. Raises ValueError (not s3, no
+    step in range, a bad range), OSError, DataPackError."""
+    from configs.loader import load_config
+
+    recipe, steps = _recipe(run), _step_range(run, steps_arg)
+    topk = load_config(run / "config.yaml").retrieval.topk
+    trajectories = [t for s in steps for t in _read(run / "rollouts" / f"step-{s}.jsonl.gz")]
+    wanted = {d for t in trajectories for _, ids, _ in _blocks(t, topk) for d in ids}
+    return recipe, steps, topk, trajectories, corpus_docs(run, wanted)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the table (or one JSON object with --json); exit 2 with an `error:` line on a bad run or range."""
+    args = run_parser("python -m scripts.probes.s3_selection_by_gold", __doc__.split("\n")[0]).parse_args(argv)
     run = Path(args.run)
     from pipelines.data import DataPackError
+    from recipes.search_metrics import doc_holds_answer
 
     try:
-        recipe, steps = _recipe(run), _step_range(run, args.steps)
-        from configs.loader import load_config
-
-        topk = load_config(run / "config.yaml").retrieval.topk
-        trajectories = [t for s in steps for t in _read(run / "rollouts" / f"step-{s}.jsonl.gz")]
-        wanted = {d for t in trajectories for _, ids, _ in _blocks(t, topk) for d in ids}
-        counts = selection_by_gold(recipe, trajectories, topk, _corpus_holds_gold(run, wanted))
+        recipe, steps, topk, trajectories, corpus = load_run(run, args.steps)
+        doc = doc_lookup(corpus)
+        counts = selection_by_gold(recipe, trajectories, topk, lambda d, golds: doc_holds_answer(doc(d), golds))
     except (ValueError, OSError, DataPackError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
