@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from recipes.expert import key_words
 from scripts.probes.s3_overlap_signal import auc, main, overlap
 from tests.test_probe_s3_selection_by_gold import write_run
 
@@ -25,9 +26,10 @@ def _run(tmp_path, recipe: str = "s3"):
 
 
 def test_overlap_and_auc():
-    assert overlap(QUESTION, "", CORPUS["d1"]) == pytest.approx(2 / 3)
-    assert overlap(QUESTION, "Lyon", CORPUS["d2"]) == pytest.approx(1 / 3)
-    assert overlap("What is it?", "", "anything") == 0.0  # no content word
+    words = set(key_words(QUESTION))
+    assert overlap(words, "", CORPUS["d1"]) == pytest.approx(2 / 3)
+    assert overlap(words, "Lyon", CORPUS["d2"]) == pytest.approx(1 / 3)
+    assert overlap(set(key_words("What is it?")), "", "anything") == 0.0  # no content word
     assert auc([(0.9, True), (0.1, False), (0.5, False)]) == 1.0
     assert auc([(0.1, True), (0.9, False)]) == 0.0
     assert auc([(0.5, True), (0.5, False)]) == 0.5  # a tie counts half

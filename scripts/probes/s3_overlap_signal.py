@@ -20,24 +20,20 @@ missing data pack.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
-from scripts.probes.s3_selection_by_gold import BLOCKS, _blocks, doc_lookup, load_run, run_parser
+from scripts.probes.s3_selection_by_gold import BLOCKS, _blocks, doc_lookup, run_probe
 
 THRESHOLDS = (0.2, 0.4, 0.6, 0.8)
 
 
-def overlap(question: str, title: str, text: str) -> float:
-    """Share (0-1) of the question's content words present in the document's title + text; 0 for a question
-    with no content word."""
-    from recipes.expert import key_words
+def overlap(words: set[str], title: str, text: str) -> float:
+    """Share (0-1) of `words` (the question's content words, `recipes.expert.key_words`) present in the document's
+    normalized title + text; 0 for an empty `words`."""
     from recipes.metrics import normalize_answer
 
-    words = set(key_words(question))
     return len(words & set(normalize_answer(f"{title} {text}").split())) / len(words) if words else 0.0
 
 
@@ -66,13 +62,15 @@ def overlap_signal(trajectories: Iterable[dict], topk: int, doc: Any, holds_gold
     """`{block: {"docs", "gold", "auc", "thresholds": [{"t", "selected", "precision", "recall"}]}}` over every
     document shown in each selection block of `trajectories` (`Trajectory.to_json` rows). `doc(doc_id)` gives a
     `recipes.base.Doc`; `holds_gold(doc, golden_answers)` says whether it holds a gold answer."""
+    from recipes.expert import key_words
+
     scores: dict[str, list[tuple[float, bool]]] = {b: [] for b in BLOCKS}
     for t in trajectories:
-        question, golds = t.get("question") or "", t.get("golden_answers") or []
+        words, golds = set(key_words(t.get("question") or "")), t.get("golden_answers") or []
         for block, ids, _ in _blocks(t, topk):
             for doc_id in ids:
                 d = doc(doc_id)
-                scores[block].append((overlap(question, d.title, d.text), bool(holds_gold(d, golds))))
+                scores[block].append((overlap(words, d.title, d.text), bool(holds_gold(d, golds))))
     out: dict[str, Any] = {}
     for block, rows in scores.items():
         gold = sum(p for _, p in rows)
@@ -89,30 +87,22 @@ def _f(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Print the table (or one JSON object with --json); exit 2 with an `error:` line on a bad run or range."""
-    args = run_parser("python -m scripts.probes.s3_overlap_signal", __doc__.split("\n")[0]).parse_args(argv)
-    run = Path(args.run)
-    from pipelines.data import DataPackError
-    from recipes.search_metrics import doc_holds_answer
-
-    try:
-        _, steps, topk, trajectories, corpus = load_run(run, args.steps)
-        out = overlap_signal(trajectories, topk, doc_lookup(corpus), doc_holds_answer)
-    except (ValueError, OSError, DataPackError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps({"run": str(run), "steps": [steps[0], steps[-1]], **out}))
-        return 0
-    print(f"{run} steps {steps[0]}-{steps[-1]} ({len(steps)} saved)")
+def _table(out: dict[str, Any]) -> None:
     print("| block | docs | gold | AUC | " + " | ".join(f"overlap ≥ {t}: kept, precision, recall" for t in THRESHOLDS)
           + " |")
     print("| --- | ---: | ---: | ---: |" + " --- |" * len(THRESHOLDS))
     for block, r in out.items():
         cells = [f"{c['selected']}, {_f(c['precision'])}, {_f(c['recall'])}" for c in r["thresholds"]]
         print(f"| {block} | {r['docs']} | {r['gold']} | {_f(r['auc'])} | " + " | ".join(cells) + " |")
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the table (or one JSON object with --json); exit 2 with an `error:` line on a bad run or range."""
+    from recipes.search_metrics import doc_holds_answer
+
+    return run_probe(argv, "python -m scripts.probes.s3_overlap_signal", __doc__.split("\n")[0],
+                     lambda _, topk, trajectories, corpus: overlap_signal(trajectories, topk, doc_lookup(corpus),
+                                                                         doc_holds_answer), _table)
 
 
 if __name__ == "__main__":

@@ -137,24 +137,31 @@ def load_run(run: Path, steps_arg: str | None) -> tuple[Any, list[int], int, lis
     return recipe, steps, topk, trajectories, corpus_docs(run, wanted)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Print the table (or one JSON object with --json); exit 2 with an `error:` line on a bad run or range."""
-    args = run_parser("python -m scripts.probes.s3_selection_by_gold", __doc__.split("\n")[0]).parse_args(argv)
-    run = Path(args.run)
+def run_probe(argv: list[str] | None, prog: str, description: str,
+              compute: Callable[[Any, int, list[dict], dict[str, Any]], dict[str, Any]],
+              table: Callable[[dict[str, Any]], None]) -> int:
+    """The probes' `main`: parse `run [--steps] [--json]`, `load_run`, `compute(recipe, topk, trajectories, corpus)`,
+    then print one JSON object (`run`, `steps` and the result) or a header line and `table(result)`. Returns 0, or
+    2 after an `error:` line on stderr for a bad run, range or data pack."""
     from pipelines.data import DataPackError
-    from recipes.search_metrics import doc_holds_answer
 
+    args = run_parser(prog, description).parse_args(argv)
+    run = Path(args.run)
     try:
         recipe, steps, topk, trajectories, corpus = load_run(run, args.steps)
-        doc = doc_lookup(corpus)
-        counts = selection_by_gold(recipe, trajectories, topk, lambda d, golds: doc_holds_answer(doc(d), golds))
+        out = compute(recipe, topk, trajectories, corpus)
     except (ValueError, OSError, DataPackError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps({"run": str(run), "steps": [steps[0], steps[-1]], **counts}))
+        print(json.dumps({"run": str(run), "steps": [steps[0], steps[-1]], **out}))
         return 0
     print(f"{run} steps {steps[0]}-{steps[-1]} ({len(steps)} saved)")
+    table(out)
+    return 0
+
+
+def _table(counts: dict[str, Any]) -> None:
     print("| block | position | gold n | gold selected | other n | other selected | lift |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for block in BLOCKS:
@@ -164,7 +171,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {block} | {p} | {c['gold_n']} | {'-' if g is None else f'{g:.2f}'} | {c['other_n']} | "
                   f"{'-' if o is None else f'{o:.2f}'} | {lift} |")
         print(f"| {block} | unwritten | {counts[block]['unwritten']} | | | | |")
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the table (or one JSON object with --json); exit 2 with an `error:` line on a bad run or range."""
+    from recipes.search_metrics import doc_holds_answer
+
+    def compute(recipe: Any, topk: int, trajectories: list[dict], corpus: dict[str, Any]) -> dict[str, Any]:
+        doc = doc_lookup(corpus)
+        return selection_by_gold(recipe, trajectories, topk, lambda d, golds: doc_holds_answer(doc(d), golds))
+
+    return run_probe(argv, "python -m scripts.probes.s3_selection_by_gold", __doc__.split("\n")[0], compute, _table)
 
 
 if __name__ == "__main__":
