@@ -114,7 +114,7 @@ class ActorNotRestartedError(RuntimeError):
 def actor_death_errors() -> tuple[type[BaseException], ...]:
     """Ray's errors for a call whose actor's process died or is restarting: `RayActorError` (with
     `ActorDiedError` and `ActorUnavailableError`) and `OutOfMemoryError`, which Ray raises instead when its
-    memory monitor killed the process (seen here: a rollout worker killed during a weight sync, stop 80).
+    memory monitor killed the process (seen here: a rollout worker killed during a weight sync).
     An actor with `max_restarts` left comes back after either; `wait_restarted` waits for it."""
     from ray.exceptions import OutOfMemoryError, RayActorError
 
@@ -125,7 +125,7 @@ def restarted_by_ray() -> bool:
     """Whether the calling Ray actor's process is one Ray started again after a death (its `max_restarts`), by
     `RuntimeContext.was_current_actor_reconstructed`; False outside a Ray actor, or when the GCS does not answer
     (logged). A restart between calls (the memory monitor killing an idle rollout worker during the learner's
-    update, stop 82) is seen by no caller; the restarted actor counts itself with this."""
+    update) is seen by no caller; the restarted actor counts itself with this."""
     try:
         import ray
 
@@ -180,7 +180,7 @@ def wait_restarted(handle: Any, timeout_s: float | None, what: str, poll_s: floa
     """Wait until an actor answers `ready()`, also while Ray is restarting it (`max_restarts`): a call to a
     restarting actor fails at once with `ActorUnavailableError` (seen in the chaos run: a weight sync sent to a
     rollout worker killed 3 s earlier), so it is asked again every `poll_s` seconds. After Ray's memory monitor
-    killed it, a call fails with the kill's `OutOfMemoryError` instead (seen: stop 81, `ready()` sent to a rollout
+    killed it, a call fails with the kill's `OutOfMemoryError` instead (seen: `ready()` sent to a rollout
     worker killed during a weight sync); that is asked again for up to `oom_wait_s` seconds (default
     `OOM_RESTART_WAIT_S`), not `timeout_s`, since an actor with no restarts left answers the same for ever.
 

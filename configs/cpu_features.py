@@ -3,7 +3,7 @@
 bf16 matmuls are fast only where the CPU has bf16 dot-product instructions (AVX512-BF16, or AMX-BF16 on
 x86; the `bf16` feature on Arm). Elsewhere torch and vLLM emulate them: on an AMD EPYC with AVX2 alone a
 1024 x 1024 matmul ran at 0.8 GFLOP/s in bf16 against 53.7 in fp32, and one update of the main job's
-shape took 446.8 s in bf16 against 15.2-16.5 s in fp32 (27x; `../shared/CPU-STACK.md`, issue #48).
+shape took 446.8 s in bf16 against 15.2-16.5 s in fp32 (27x; `../shared/CPU-STACK.md`).
 `configs.dtype_choice` turns this into each role's dtype.
 
 Two environment variables limit the kernels torch picks, and are honoured here, so an AVX-512 host can be

@@ -21,7 +21,7 @@ from configs.cpu_features import CpuFeatures, host_cpu, torch_capability
 
 BF16_EMULATED_COST = ("on an AVX2-only AMD EPYC one update of the main job's shape took 446.8 s in bf16 against "
                       "15.2-16.5 s in fp32 (27x), and its main job made no step in 25 minutes")
-"""What bf16 costs where it is emulated, as measured (issue #48, `../shared/CPU-STACK.md`)."""
+"""What bf16 costs where it is emulated, as measured (`../shared/CPU-STACK.md`)."""
 
 ENGINE_DTYPES: dict[str, str] = {"checkpoint": "checkpoint", "bf16": "bfloat16", "fp32": "float32"}
 """`rollout.dtype` / `frozen.dtype` value -> the engines' dtype name (`actors.engines.spec.EngineSpec.dtype`)."""
@@ -45,7 +45,7 @@ def engine_load_dtype(dtype: str, on_gpu: bool, cpu: CpuFeatures | None = None) 
     """The dtype an engine loads its weights in, as vLLM and transformers name it, for `EngineSpec.dtype`:
     "checkpoint" -> "auto" (the weights' own, always); "auto" -> the weights' own on a GPU and on a CPU with
     bf16 instructions, "float32" on a CPU that emulates bf16 (a bf16 checkpoint there decodes several times
-    slower: issue #48's dev evaluation took 620 s against 168 s in fp32); a torch dtype name -> itself.
+    slower: a dev evaluation there took 620 s against 168 s in fp32); a torch dtype name -> itself.
     Resolved where the engine starts, so each node's CPU decides for its own engines."""
     if dtype == "checkpoint":
         return "auto"

@@ -10,7 +10,7 @@ Methods (`methods=`, in this order in the tables):
 - `no_search`: the `policy` checkpoint with its own searches switched off (recipe option `searches: false`: a
   search it writes is not run and the recipe's forced answer, if it has one, follows, as at the turn limit;
   everything else as `policy`): it answers from the initial top-k alone. Paired with `policy`, it says what the
-  policy's own searches added (issue 61);
+  policy's own searches added;
 - `untrained`: the same recipe on `learner.model` (the "before training" row);
 - `warm_start`: the same recipe on the run's warm-started policy (`train.warm_start`; the "warm start only"
   row: `<run>/checkpoints/warm-start/policy/hf` of the `checkpoint` run);

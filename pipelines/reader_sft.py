@@ -1,4 +1,4 @@
-"""A reader fine-tuned to serve as s3's frozen generator (issue 62, Build 2).
+"""A reader fine-tuned to serve as s3's frozen generator.
 
 s3 asks only that the generator stays frozen while the searcher trains (s3 §3.1); which model it is, is a
 choice. Gemma 3 270M base reads poorly (naive RAG F1 0.086 on 1,000 test questions): most questions give

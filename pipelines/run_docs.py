@@ -1,4 +1,4 @@
-"""The documents of a run's episodes, for the run viewer (issue 51): a lazy id → passage store over the
+"""The documents of a run's episodes, for the run viewer: a lazy id → passage store over the
 corpus, the documents a frozen generator read (parsed back from an evaluation line's `context`), and
 which of them hold a gold answer.
 

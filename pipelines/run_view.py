@@ -1,4 +1,4 @@
-"""What the run viewer (issue 51, `scripts.view_run`) shows of a run directory, read from what the run
+"""What the run viewer (`scripts.view_run`) shows of a run directory, read from what the run
 already wrote; pure Python, no Ray, no web framework (`serving.run_viewer` serves it).
 
     <run>/eval/predictions.jsonl      the evaluation's episodes (`pipelines.eval_rows.prediction_line`);

@@ -157,7 +157,7 @@ DEV_CURVE_KEYS = (("dev/answer_f1", "F1"), ("dev/answer_cover_em", "cover-EM"), 
                   ("dev/answer_rate", "answered"), ("dev/own_searches", "own searches"),
                   ("dev/retrieval_recall", "retrieval recall"), ("dev/context_recall", "context recall"))
 SEARCH_CURVE_KEYS = ("dev/own_searches", "dev/retrieval_recall", "dev/context_recall")
-"""Dev-curve keys of the search itself: NaN in rows of runs from before them (issue 61), not 0."""
+"""Dev-curve keys of the search itself: NaN in rows of runs from before them, not 0: those runs did not measure it."""
 
 
 def dev_curve(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, float]]:

@@ -35,7 +35,7 @@ def after_prefix(episode: Episode, text: str) -> str | None:
     return text[len(prefix):] if text.startswith(prefix) else None
 
 
-# ----------------------------------------------------------------------------- the expert's own searches (issue 61)
+# ----------------------------------------------------------------------------- the expert's own searches
 
 @dataclass(frozen=True)
 class ExpertQuery:
@@ -51,15 +51,15 @@ MAX_EXPERT_QUERIES = 16
 SEARCH_NEXT = "I will search for it."
 """How every reason of a searching turn ends. A reason that ended with the query itself ("I need to search for X.")
 taught the policy to close its think tag with the search tag after X (the turn then ended invalid at `</search>`:
-dev valid-action rate 0.58 after the warm start, issue 61)."""
+dev valid-action rate 0.58 after the warm start)."""
 
 KEY_WORDS_FIRST = "I will search for the question's key words."
 KEY_WORDS_AGAIN = "No document gives the answer yet. I will search for the question's key words again."
-"""The reasons of the `key_words` expert's first and repeated search (issue 61): fixed sentences, so that a reason
+"""The reasons of the `key_words` expert's first and repeated search: fixed sentences, so that a reason
 never ends on the query."""
 
 CHECK_NEXT = "Let me check it with one more search."
-"""How the `verify` expert's first reason ends after it named the answer the shown documents give (issue 61)."""
+"""How the `verify` expert's first reason ends after it named the answer the shown documents give."""
 
 _STOP = frozenset(
     "a an the of in on at to for from by with and or is are was were be been what which who whom whose when where "
@@ -104,7 +104,7 @@ def key_words_query(question: str) -> str:
 
 
 def key_words_search(episode: Episode) -> ExpertQuery:
-    """The `key_words` experts' next search (Search-R1 family and s3, issue 61): the question's key words, unchecked,
+    """The `key_words` experts' next search (Search-R1 family and s3): the question's key words, unchecked,
     with `KEY_WORDS_FIRST` as its reason before the episode's first search and `KEY_WORDS_AGAIN` after."""
     reason = KEY_WORDS_AGAIN if episode.num_searches else KEY_WORDS_FIRST
     return ExpertQuery(key_words_query(episode.question), reason, checked=False)

@@ -25,7 +25,7 @@ class RecipeConfig(BaseModel):
     searches: bool = Field(
         True, description="Whether the policy's own searches run. False: a search it writes is not run and the episode "
         "ends there (or its answer is forced, where the recipe forces answers), as at the turn limit; invalid turns "
-        "keep their retries. The evaluation's `no_search` method (issue 61).")
+        "keep their retries. The evaluation's `no_search` method.")
     fresh_docs: bool = Field(
         False, description="A search returns the top-k of the documents not yet shown in the episode (the initial "
         "top-k and earlier searches' documents left out), so a repeated query finds something new. False = the "

@@ -96,7 +96,7 @@ class S3Config(RecipeConfig):
     max_selected_search: int | None = Field(
         None, ge=1, description="Documents an <important_info> may select from a search's block (the ids written "
         "first are kept); None = `max_selected`. With 1 of k = 3 and `unselected_search_block: none`, adding a "
-        "document means choosing one (issue 62: with up to 3 of 3 a GRPO searcher selected [1, 2, 3], every "
+        "document means choosing one (with up to 3 of 3 a GRPO searcher selected [1, 2, 3], every "
         "document, then nothing). Not in the paper.")
     invalid_feedback: str | None = Field(FEEDBACK, description="Appended after an invalid action.")
     reward_variant: Literal["paper", "code"] = Field(
@@ -116,29 +116,29 @@ class S3Config(RecipeConfig):
         "drifts to, after which every reward is 0 and nothing is left to learn (measured with "
         "configs/learn_cpu.yaml: valid selections 0.77 -> 0.02 on dev in 8 steps). None = the paper. Not in the paper.")
     expert_searches: Literal["when_needed", "always", "key_words"] = Field(
-        "when_needed", description="The expert warm start's searches (issue 62), with search turns (`max_turns` >= "
+        "when_needed", description="The expert warm start's searches, with search turns (`max_turns` >= "
         "1): when_needed searches only when the latest block holds no gold answer, with a query checked to bring "
         "one into view; always also searches once when the initial top-k holds one (it selects those documents, "
         "then searches with the question's key words, unchecked, and selects what of the results holds the "
-        "answer), so that every demonstration shows a search; key_words chooses no query by the answer (issue 61's "
-        "lesson: a policy cannot copy a choice that needed the gold): it selects the answer-holding documents of "
+        "answer), so that every demonstration shows a search; key_words chooses no query by the answer ("
+        "a policy cannot copy a choice that needed the gold): it selects the answer-holding documents of "
         "each block, searches with the question's key words first whatever the top-k holds, and again while no "
         "document shown holds a gold answer (with `fresh_docs`: the ranking's next documents). Not in the paper.")
     expert_unsure_block: Literal["select_none", "leave_first"] = Field(
-        "select_none", description="What the expert writes for a block without a gold answer (issue 62). "
+        "select_none", description="What the expert writes for a block without a gold answer. "
         "select_none: `<important_info>[]</important_info>`, so the generator reads none of it. leave_first: the "
         "initial top-k gets no selection, so it is read whole (App. A.5): naive RAG's context is the default a "
         "policy learns when it cannot tell whether the block holds the answer, not an empty context (the "
         "select_none warm start wrote [] in every block: context recall 0); a search's block without one still "
         "gets []. Not in the paper.")
     expert_search_pick: Literal["answer", "first"] = Field(
-        "answer", description="What the expert selects of a search's block that holds no gold answer (issue 62). "
+        "answer", description="What the expert selects of a search's block that holds no gold answer. "
         "answer: nothing (`[]`). first: its document 1, so every demonstrated search keeps one document and a "
         "GRPO searcher starts from selecting, for the reward to teach which (a warm start from `answer` wrote `[]` "
         "after 80% of its searches and kept 2 of the 27 gold answers its searches found beyond a top-k without one). "
         "Not in the paper.")
     unselected_search_block: Literal["all", "none"] = Field(
-        "all", description="What a search's block without an `<important_info>` gives the generator (issue 62). all: "
+        "all", description="What a search's block without an `<important_info>` gives the generator. all: "
         "every document of it (App. A.5). none: nothing, so a search adds only what the searcher selects; the "
         "initial top-k keeps App. A.5 (read whole unless selected), so leaving everything unselected is naive RAG; "
         "the searcher's prompt (Fig. 11) already says only the content between <important_info> is used. "
@@ -146,12 +146,12 @@ class S3Config(RecipeConfig):
         "12 documents, which the reader answered from worse than from 3. Not in the paper.")
     found_reward: float = Field(
         0.0, ge=0.0, description="Added to Eq. 1 when the generator's context holds a gold answer (span check) that "
-        "the initial top-k lacks, i.e. the searcher kept a gold-holding document its own search returned (issue 62; "
+        "the initial top-k lacks, i.e. the searcher kept a gold-holding document its own search returned ("
         "component `found`). Against the searcher that drops what it finds: with `initial_block: keep` and GenAcc, "
         "where the top-k held no gold answer its searches found one in 27 of 384 episodes and its context kept it in "
         "2, and Eq. 1 pays only where the 270M reader's answer turns. 0 = the paper. Not in the paper.")
     initial_block: Literal["select", "keep"] = Field(
-        "select", description="What the generator reads of the initial top-k (issue 62). select: what the searcher "
+        "select", description="What the generator reads of the initial top-k. select: what the searcher "
         "selects of it, all of it unselected (App. A.5). keep: all of it whatever the searcher writes, so the context "
         "holds naive RAG's and a searcher gains only by what its searches add (a selection on the initial block is "
         "parsed, and ignored). Against the searchers that dropped two of the top-3 (first-turn `[1]`: context "
@@ -323,7 +323,7 @@ class S3(Recipe):
         return list(last.docs) if isinstance(last.action, Search) and last.docs is not None else None
 
     def expert_queries(self, episode: Episode) -> list[ExpertQuery]:
-        """`recipes.expert.search_candidates` (issue 61's searching expert, for s3's search turns, issue 62) when
+        """`recipes.expert.search_candidates` (the searching expert, here for s3's search turns) when
         the latest block holds no gold answer and a search turn is left (`max_turns`); with `expert_searches:
         always`, when the initial top-k holds one, the question's key words (`checked=False`: a check search a
         policy can copy); with `expert_searches: key_words`, the question's key words first and again (with

@@ -1,4 +1,4 @@
-"""What an episode's searches found: the measures of the search itself (issue 61), the same for every recipe,
+"""What an episode's searches found: the measures of the search itself, the same for every recipe,
 in training metrics, dev curves, evaluation tables and the finding reward term.
 
 - `own_searches`: searches the policy wrote and the environment ran; the prompt's initial retrieval
@@ -12,7 +12,7 @@ in training metrics, dev curves, evaluation tables and the finding reward term.
 - `gold_paragraph_recall`: the share of the row's `context_ids` (HotpotQA-style gold paragraphs, data pack
   README) among the documents shown; None for rows that list none.
 - `context_hit`: the documents a frozen generator reads (`Recipe.generator_context`: s3's selection, naive RAG's
-  top-k) hold a gold answer; None where the policy answers itself. The mean is `context_recall` (issue 62): what
+  top-k) hold a gold answer; None where the policy answers itself. The mean is `context_recall`: what
   s3's selection kept of what its searches showed.
 
 Pure Python: no Ray, no engine.

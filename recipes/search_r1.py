@@ -47,7 +47,7 @@ class SearchR1Config(TaggedConfig):
     found_reward: float = Field(
         0.0, ge=0, description="Added once when a search of the policy's own returned a document, not among the "
         "initial top-k, that holds a gold answer (`recipes.search_metrics.SearchRecord.found_by_search`): pays for "
-        "finding, not for searching (issue 61; after StepSearch's information gain). 0 = the paper's reward.")
+        "finding, not for searching (after StepSearch's information gain). 0 = the paper's reward.")
     outcome_weight: float = Field(
         1.0, ge=0, description="Weight of the outcome component (EM or F1). 0 with `found_reward` > 0 = a recall "
         "stage that pays only for finding (DeSA's first stage), e.g. before an EM stage in `train.stages`.")

@@ -93,11 +93,14 @@ class TaggedConfig(RecipeConfig):
         False, description="With `force_answer`: the agent loop keeps the answer tag's and `forced_answer_tokens` "
         "tokens free before `rollout.max_total_tokens`; a turn is cut short of them, and a search whose documents "
         "(or feedback) would eat into them is skipped and the answer opened instead, so no episode runs out of "
-        "tokens before answering (22% of the key_words warm start's dev episodes did; issue 61). False: the "
+        "tokens before answering (22% of the key_words warm start's dev episodes did). False: the "
         "episode ends at the limit without an answer. Not in the papers.")
-    expert_searches: Literal["when_needed", "always", "verify", "key_words", "question"] = Field(
+    expert_searches: Literal["when_needed", "question_first", "always", "verify", "key_words", "question"] = Field(
         "when_needed", description="When and how the warm start's expert (`train.warm_start.source: expert`) searches: "
         "`when_needed`, when the documents shown hold no gold answer, with a query checked to bring one into view; "
+        "`question_first`, the question itself, verbatim, as the episode's first search wherever the documents shown "
+        "hold no gold answer (unchecked: a policy copies it from the prompt; in the paper's loop, without "
+        "`initial_search`, every demonstration starts with it), then as `when_needed`; "
         "`always`, also once before answering when they do (a query that brings a new gold-holding document when one "
         "exists, else its best candidate); `verify`, as `always`, but where the documents shown hold the answer its "
         "first turn names it ('Doc 2 says the answer is X.') before the check search, and after that search it "
@@ -106,7 +109,7 @@ class TaggedConfig(RecipeConfig):
         "while no document shown holds a gold answer it searches them again (with `fresh_docs`, the next "
         "documents; without, it never repeats a search), then answers from the document that holds one; "
         "`question`, the expert "
-        "before issue 61: its one query is the question itself (under `initial_search` it repeats the top-k, so it "
+        "that never searched: its one query is the question itself (under `initial_search` it repeats the top-k, so it "
         "never finds anything and never searches). "
         "Not in the papers.")
 
@@ -241,7 +244,8 @@ class TaggedSearchRecipe(Recipe):
         they do: then one query, the question's key words, kept whatever it brings (`checked=False`: a check
         search), and the same query first where nothing was shown yet (no `initial_search`); with `expert_searches:
         key_words`, the question's key words first and again while nothing shown holds the answer (`fresh_docs`);
-        with `expert_searches: question`, the question itself at the first turn only."""
+        with `expert_searches: question`, the question itself at the first turn only; with `question_first`, the
+        question itself, unchecked, before the episode's first search, then as `when_needed`."""
         blocks = self._expert_blocks(episode)
         if blocks is None or episode.num_steps >= self.config.max_turns:
             return []
@@ -253,6 +257,10 @@ class TaggedSearchRecipe(Recipe):
             return []
         if self.config.expert_searches == "question":
             return [] if held or episode.turns else [ExpertQuery(episode.question, "I need to search for the answer.")]
+        if self.config.expert_searches == "question_first" and not episode.num_searches:
+            # The first query a policy can always write: the question's own BM25 top-k is the best first look
+            # (key words as the first query lost half of it).
+            return [ExpertQuery(episode.question, "I need to search for the answer.", checked=False)]
         if self.config.expert_searches == "key_words":  # the same query every time: no choice that needs the answer
             if episode.num_searches and not self.config.fresh_docs:  # (held after a search: returned above)
                 return []

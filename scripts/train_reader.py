@@ -1,4 +1,4 @@
-"""Fine-tune a reader to serve as s3's frozen generator (issue 62; `pipelines.reader_sft`).
+"""Fine-tune a reader to serve as s3's frozen generator (`pipelines.reader_sft`).
 
     SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.train_reader [--config configs/s3_main_cpu.yaml] \
         [--questions 1000] [--depth 10] [--long-docs 0] [--epochs 1] [--lr 2e-5] [--out runs/reader-<time>] [key=value ...]

@@ -1,6 +1,6 @@
 """See what a run's searcher did, in a browser: its evaluation episodes turn by turn (two methods side by
 side on one question), its training rollouts with their reward components, its dev curve and reward
-curves (issue 51). Serves on 127.0.0.1 until Ctrl-C or SIGTERM; reads the run, writes nothing.
+curves. Serves on 127.0.0.1 until Ctrl-C or SIGTERM; reads the run, writes nothing.
 
     .venv/bin/python -m scripts.view_run runs/<run> [--port N] [--host 127.0.0.1] [key=value ...]
 

@@ -1,4 +1,4 @@
-"""Serving the trained searcher on Ray Serve (issue 15).
+"""Serving the trained searcher on Ray Serve.
 
 - `schemas.py`: request/response models (strict, unknown fields refused) and `parse_json` (422 naming the field).
 - `errors.py`: `ApiError` (the JSON error answer) and the errors replicas raise (deadline, overload, too long).
@@ -8,7 +8,7 @@
 - `api.py`: the FastAPI routes over a `Backend`.
 - `app.py`: the Ray Serve deployments (Searcher, Retrieval, Generator, Ingress) and `build_app`.
 - `checkpoint.py`: what `--checkpoint PATH` names (run directory, step directory, model directory or name).
-- `playground.py`: `GET /`, the page that asks the searcher a question and shows its episode (issue 51).
-- `run_viewer.py`: the run viewer's app (`scripts.view_run`) over `pipelines.run_view` (issue 51).
+- `playground.py`: `GET /`, the page that asks the searcher a question and shows its episode.
+- `run_viewer.py`: the run viewer's app (`scripts.view_run`) over `pipelines.run_view`.
 - `static/`: the two pages' HTML, script and style (no build step; text nodes only, never HTML from data).
 """

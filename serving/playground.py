@@ -1,4 +1,4 @@
-"""The playground of the served searcher (issue 51): `GET /` serves one static page
+"""The playground of the served searcher: `GET /` serves one static page
 (`serving/static/playground/`) that asks a question over `POST /v1/search/stream` and shows the episode
 turn by turn; `GET /v1/limits` tells it what a request may ask for.
 

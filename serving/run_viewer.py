@@ -1,4 +1,4 @@
-"""The run viewer's web app (issue 51): one static page (`serving/static/run_viewer/`) and the JSON routes
+"""The run viewer's web app: one static page (`serving/static/run_viewer/`) and the JSON routes
 it reads, over `pipelines.run_view.RunView`. `scripts.view_run` serves it with uvicorn on 127.0.0.1.
 
     GET /                                  the page

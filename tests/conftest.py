@@ -37,7 +37,7 @@ _SESSION_START = time.monotonic()
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
-    """The suite's budget line (issue #50): minutes of the .venv set-up (scripts/test.sh passes its seconds) and
+    """The suite's budget line: minutes of the .venv set-up (scripts/test.sh passes its seconds) and
     of pytest, against CI's 90-minute limit; the README states these minutes."""
     setup_s = float(os.environ.get("SEARCHRL_TEST_SETUP_S", "0") or 0)
     pytest_s = time.monotonic() - _SESSION_START

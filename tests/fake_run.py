@@ -1,5 +1,5 @@
-"""A small finished run directory in the real formats, written with the project's own writers (issue 51's
-viewer tests): `eval/predictions.jsonl` (`prediction_line`), `rollouts/step-<n>.jsonl.gz` (`Trajectory.to_json`,
+"""A small finished run directory in the real formats, written with the project's own writers (for the run
+viewer's tests): `eval/predictions.jsonl` (`prediction_line`), `rollouts/step-<n>.jsonl.gz` (`Trajectory.to_json`,
 `save_rollouts`), `metrics.jsonl` and `reward_curves.png` (`Tracker`, `rollout_metrics`), `config.yaml`
 (`save_config`), and a data pack holding only its corpus. One passage holds HTML, to check it shows as text."""
 

@@ -1,4 +1,4 @@
-"""`scripts.ops.chaos` on the main job's config and index kind (issue 41): a fresh clone's chaos run searches the
+"""`scripts.ops.chaos` on the main job's config and index kind: a fresh clone's chaos run searches the
 BM25 index the main job builds (its driver builds it when missing), survives every kill and loses nothing.
 Slow: a real five-step training run with its restarts (7 min here, 2026-11-27)."""
 

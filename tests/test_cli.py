@@ -98,7 +98,7 @@ def test_missing_data_pack_is_reported_before_ray_starts(module, monkeypatch, ca
 
 
 def test_main_refuses_a_trained_row_without_a_checkpoint(monkeypatch, capsys, tmp_path, data_dir):
-    """Issue 41: with no checkpoint, `evaluate` would score `learner.model` as the trained searcher: the
+    """With no checkpoint, `evaluate` would score `learner.model` as the trained searcher: the
     "trained" row would be the untrained model. The main job stops with an error instead."""
     from types import SimpleNamespace
 
@@ -149,7 +149,43 @@ def test_main_stopped_during_the_evaluation_says_how_to_evaluate_the_run(monkeyp
     err = capsys.readouterr().err
     assert code == 130 and "index build" not in err
     assert f"checkpointed in {run_dir}" in err
-    assert f"scripts.evaluate --config {run_dir}/config.yaml --checkpoint {run_dir} --qa test.jsonl.gz --limit 32" in err
+    assert (f"scripts.evaluate --config {run_dir}/config.yaml --checkpoint {run_dir / 'checkpoints' / 'step-1'} "
+            "--qa test.jsonl.gz --limit 32") in err
+
+
+def test_main_evaluates_the_checkpoint_its_dev_evaluation_chose(monkeypatch, capsys, tmp_path, data_dir):
+    """`checkpoints/best` names the warm start (RL lowered dev F1): the test rows are the warm start's, not the
+    newest step's, and the summary says which step they are."""
+    import json
+    from types import SimpleNamespace
+
+    import cluster.ray_init
+    import pipelines.build_index
+    import pipelines.evaluate
+    import pipelines.train
+    import scripts.main
+    from pipelines.checkpoints import name_best_checkpoint
+
+    run_dir = tmp_path / "run"
+    for name, f1 in (("warm-start", 0.25), ("step-8", 0.20)):
+        (run_dir / "checkpoints" / name / "policy" / "hf").mkdir(parents=True)
+        (run_dir / "checkpoints" / name / "trainer_state.json").write_text(json.dumps({"dev_answer_f1": f1}))
+    name_best_checkpoint(run_dir)
+    (run_dir / "metrics.jsonl").write_text("")
+    evaluated = []
+    monkeypatch.setattr(cluster.ray_init, "init_ray", lambda *a, **k: False)
+    monkeypatch.setattr(pipelines.build_index, "ensure_index", lambda cfg, progress=True: SimpleNamespace(num_docs=1))
+    monkeypatch.setattr(pipelines.train, "train", lambda cfg, resume=None: run_dir)
+
+    def fake_eval(cfg, qa, out, checkpoint, **kwargs):
+        evaluated.append(checkpoint)
+        out.mkdir(parents=True)
+        (out / "results.md").write_text("| method |\n")
+
+    monkeypatch.setattr(pipelines.evaluate, "evaluate", fake_eval)
+    assert scripts.main.main([f"data.dir={data_dir}", "--eval-limit", "8"]) == 0
+    assert evaluated == [(run_dir / "checkpoints" / "warm-start").resolve()]
+    assert "the trained row is the warm start (step 0), the best by dev F1 (0.250)" in capsys.readouterr().out
 
 
 def test_main_stopped_before_training_ends_says_the_index_build_resumes(monkeypatch, capsys, data_dir):

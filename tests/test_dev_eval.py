@@ -1,4 +1,4 @@
-"""Held-out dev evaluation during training (issue #26 item 6): answer F1 / cover-EM and the collapse
+"""Held-out dev evaluation during training: answer F1 / cover-EM and the collapse
 signals in `rollout_metrics`, the schedule (`dev_eval_steps`: step 0, every `eval_every`, the last),
 the run loop with a scripted trainer, the trend and reward curves with a step-0 dev row, and the
 summary lines. No Ray, no model."""
@@ -132,7 +132,7 @@ def test_run_loop_evaluates_before_the_first_update_and_on_schedule(tmp_path):
 
 
 def test_a_warm_start_gets_its_own_dev_point_after_the_untrained_one(tmp_path):
-    """Issue 49's dev curve by visits: untrained (step 0), the warm start only (its row at step 0), then RL; a
+    """The dev curve by visits: untrained (step 0), the warm start only (its row at step 0), then RL; a
     warm start that kept nothing trained nothing, so no second point."""
     from pipelines.run_loop import run_loop
 
@@ -219,7 +219,7 @@ def test_reward_curves_png_with_dev_rows(tmp_path):
 
 
 def test_dev_curve_by_question_visits():
-    """Issue 39: the learning curve's x is the training questions seen (`train/question_visits`), in the
+    """The learning curve's x is the training questions seen (`train/question_visits`), in the
     table and the PNG's dev panel."""
     rows = [{**r, "train/question_visits": 8.0 * r["step"]} for r in dev_rows()]
     curve = dev_curve(rows)

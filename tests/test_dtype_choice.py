@@ -1,4 +1,4 @@
-"""Each role's dtype by the CPU (issue #48): `auto` is bf16 only where the CPU has bf16 instructions, the
+"""Each role's dtype by the CPU: `auto` is bf16 only where the CPU has bf16 instructions, the
 choice reaches every role, a run's saved config keeps it on another CPU, and bf16 asked for on a CPU that
 emulates it warns with the cost and the key. CPUs are mocked from /proc/cpuinfo text."""
 

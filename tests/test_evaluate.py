@@ -186,7 +186,7 @@ def test_evaluate_end_to_end_through_the_actors(ray_local, small_index, data_dir
     for r in rows:  # pooled rows: bootstrap intervals; policy's and expert's also paired differences (naive_rag, ...)
         paired = r["method"] in ("policy", "expert")
         extra = set() if r["dataset"] not in pooled else {"ci", "paired"} if paired else {"ci"}
-        if r["method"] != "direct":  # every method that retrieves: the search itself (issue 61)
+        if r["method"] != "direct":  # every method that retrieves: the search itself
             extra |= {"own_searches_per_question", "retrieval_recall", "context_recall"}  # s3 and RAG: a generator reads
         assert ROW_KEYS | extra <= set(r) <= ROW_KEYS | extra | {"gold_paragraph_recall"}
         for m in ("em", "f1", "cover_em", "span_check", "gen_acc"):
@@ -238,7 +238,7 @@ def test_evaluate_end_to_end_through_the_actors(ray_local, small_index, data_dir
     assert all(t["questions"] == 3 and t["s_per_question"] > 0 for t in timing.values())
     assert f"seconds per question: direct {timing['direct']['s_per_question']:.2f}, naive_rag " in printed
 
-    # The naive-RAG row is the generator's own naive RAG (issue 39: it was the untrained s3 searcher):
+    # The naive-RAG row is the generator's own naive RAG (it once was the untrained s3 searcher):
     # the frozen model, run here on its own with the naive_rag recipe, gives the same answers.
     import ray
 
@@ -280,7 +280,7 @@ def test_judge_agreement_where_the_rules_decide():
 
 
 def test_every_method_plans_its_own_system():
-    """Issue 39: a baseline is the frozen generator answering with the baseline's own recipe, whatever
+    """A baseline is the frozen generator answering with the baseline's own recipe, whatever
     recipe trains (naive_rag is trainable, and was once planned as the training recipe on the policy
     model, so "naive RAG" measured the untrained searcher). Only `policy` and `untrained` run the
     training recipe (and `expert`, the recipe's expert in the policy's place); without a checkpoint policy and

@@ -116,7 +116,7 @@ def test_an_expert_turn_longer_than_the_turn_limit_is_no_demonstration_and_the_p
 
 
 def test_s3_searches_with_a_checked_query_when_the_initial_documents_hold_no_gold(gemma_tokenizer):
-    """s3 with search turns (issue 62): the question's top-3 holds nothing; the expert's query is the first
+    """s3 with search turns: the question's top-3 holds nothing; the expert's query is the first
     candidate (`search_candidates`) whose results hold the gold, checked against the index, and it selects only the
     document that holds it. A question no query answers gives no demonstration."""
     recipe = get_recipe("s3", max_turns=2)
@@ -143,7 +143,7 @@ def test_s3_searches_with_a_checked_query_when_the_initial_documents_hold_no_gol
 
 @pytest.mark.parametrize("found_again", [True, False])
 def test_s3_always_checks_with_the_question_s_key_words_after_selecting_the_answer(gemma_tokenizer, found_again):
-    """s3 with `expert_searches: always` (issue 62): the question's top-3 holds the gold at position 2; the expert
+    """s3 with `expert_searches: always`: the question's top-3 holds the gold at position 2; the expert
     selects that document, searches once with the key words (unchecked) and selects what of the results holds the
     gold; a search that brings none completes with an empty selection and the first selection stands."""
     recipe = get_recipe("s3", max_turns=2, expert_searches="always")
@@ -194,10 +194,13 @@ def test_the_main_job_adds_the_warm_start_row_when_the_run_kept_one(tmp_path):
     (tmp_path / "checkpoints" / "warm-start" / "policy" / "hf").mkdir(parents=True)
     (tmp_path / "checkpoints" / "warm-start" / "policy" / "hf" / "config.json").write_text("{}")
     assert eval_methods(warm, tmp_path) == (*EVAL_METHODS, "warm_start")
+    assert eval_methods(warm, tmp_path, tmp_path / "checkpoints" / "step-8") == (*EVAL_METHODS, "warm_start")
+    # dev chose the warm start: the trained row is the warm start, evaluated once
+    assert eval_methods(warm, tmp_path, tmp_path / "checkpoints" / "warm-start") == EVAL_METHODS
     assert eval_methods(Config(), tmp_path) == EVAL_METHODS
 
 
-# -- the expert that searches with purpose, under the main job's own loop (issue 61) ---------------------------
+# -- the expert that searches with purpose, under the answering loop ------------------------------------------
 
 BRIDGE_Q = "Where was the director of the film Quiet Harbor born?"
 BRIDGE = "Ansel Kordova"
@@ -220,12 +223,13 @@ def bridge_searcher(calls: list, answer_query: str):
 
 
 def main_job_recipe(**overrides):
-    """Search-R1 with the main job's own loop settings (configs/main_cpu.yaml's recipe options: the question's top-3
-    in the prompt, at most 2 searches, a forced answer), the expert that searches when needed unless overridden
-    (the main job's own expert is `question`: test_the_question_expert_...)."""
+    """Search-R1 with the answering loop's settings (configs/search_r1_expert_em_cpu.yaml's recipe options, the main
+    job's before it searched: the question's top-3 in the prompt, at most 2 searches, a forced answer), the expert
+    that searches when needed unless overridden (that config's own expert is `question`:
+    test_the_question_expert_...)."""
     from configs import load_config
 
-    cfg = load_config("configs/main_cpu.yaml", [])
+    cfg = load_config("configs/search_r1_expert_em_cpu.yaml", [])
     assert cfg.train.recipe_options["expert_searches"] == "question"
     return get_recipe(cfg.train.recipe, {**cfg.train.recipe_options, "expert_searches": "when_needed", **overrides})
 
@@ -353,6 +357,27 @@ def test_the_always_variant_without_initial_search_first_searches_with_the_quest
     assert calls == [words] and direct.final["search"]["own_searches"] == 1
 
 
+def test_the_question_first_expert_searches_with_the_question_verbatim_then_a_checked_query(gemma_tokenizer):
+    """The paper's loop with `question_first`: the first search is the question itself, unchecked (the query a policy
+    can copy from its prompt); where its results lack the gold, the checked query that brings it (the bridge entity
+    with the next hop's words); where they hold it, the answer after one search."""
+    recipe = main_job_recipe(expert_searches="question_first", initial_search=False, fresh_docs=True)
+    hop = f"{BRIDGE} director born"
+    calls: list = []
+    t = run_main_loop(gemma_tokenizer, recipe, bridge_searcher(calls, hop), [ex("q1", BRIDGE_Q, ["Vellmar"])])[0]
+    assert [turn.query for turn in t.turns] == [BRIDGE_Q, hop, None] and t.final["answer"] == "Vellmar"
+    assert calls[0] == BRIDGE_Q and calls[-1] == hop  # the question unchecked, then the hop checked and searched
+    assert "I need to search for the answer." in t.turns[0].text and t.final["search"]["own_searches"] == 2
+    calls = []
+    direct = run_main_loop(gemma_tokenizer, recipe, bridge_searcher(calls, BRIDGE_Q), [ex("q2", BRIDGE_Q, ["Vellmar"])])[0]
+    assert [turn.query for turn in direct.turns] == [BRIDGE_Q, None] and direct.final["answer"] == "Vellmar"
+    assert calls == [BRIDGE_Q] and direct.reward == 1.0
+    calls = []
+    none = run_main_loop(gemma_tokenizer, recipe, bridge_searcher(calls, "no query finds it"),
+                         [ex("q3", BRIDGE_Q, ["Vellmar"])])[0]
+    assert none.finish_reason == NO_DEMONSTRATION  # no checked query brings the gold: no demonstration
+
+
 def test_fresh_docs_returns_documents_not_yet_shown(gemma_tokenizer):
     """A repeated query (the question again) shows the next documents with `fresh_docs`, the same ones without."""
     def policy(context):
@@ -470,8 +495,8 @@ def test_the_key_words_variant_searches_the_question_s_key_words_until_a_shown_d
 
 @pytest.mark.parametrize("fresh_docs", [True, False])
 def test_s3_key_words_searches_the_question_s_key_words_and_selects_what_holds_the_answer(gemma_tokenizer, fresh_docs):
-    """s3 with `expert_searches: key_words` (issue 62, issue 61's lesson): no query is chosen by the answer. Its first
-    turn selects nothing of a top-3 without the gold and searches the question's key words; with `fresh_docs` it
+    """s3 with `expert_searches: key_words`: no query is chosen by the answer (such queries taught arbitrary ones).
+    Its first turn selects nothing of a top-3 without the gold and searches the question's key words; with `fresh_docs` it
     searches them again (documents 4-6, then 7-9) until a block holds the gold, and selects only that document;
     without, a repeat would show the same documents, so it never repeats and the question gives no demonstration.
     Where the top-3 holds the gold, it selects it and still searches once."""
@@ -499,7 +524,7 @@ def test_s3_key_words_searches_the_question_s_key_words_and_selects_what_holds_t
 
 def test_s3_leave_first_reads_an_initial_top_k_without_the_answer_whole_and_still_selects_none_of_a_search(
         gemma_tokenizer):
-    """`expert_unsure_block: leave_first` (issue 62): the select_none warm start learned `[]` for every block. Here
+    """`expert_unsure_block: leave_first`: the select_none warm start learned `[]` for every block. Here
     the initial top-k without the gold gets no `<important_info>`, so the generator reads it whole (naive RAG's
     context, App. A.5); a search's block without it still gets `[]`, one with it its document."""
     words = json.dumps({"query": " ".join(key_words(BRIDGE_Q))})
@@ -518,7 +543,7 @@ def test_s3_leave_first_reads_an_initial_top_k_without_the_answer_whole_and_stil
 
 
 def test_s3_expert_search_pick_first_keeps_document_1_of_a_search_without_the_answer(gemma_tokenizer):
-    """`expert_search_pick: first` (issue 62): a search's block without the gold gets `[1]` instead of `[]`, so
+    """`expert_search_pick: first`: a search's block without the gold gets `[1]` instead of `[]`, so
     every demonstrated search keeps a document; a block with the gold still gets the gold-holding one, and a
     question whose searches never show the gold still gives no demonstration."""
     words = json.dumps({"query": " ".join(key_words(BRIDGE_Q))})

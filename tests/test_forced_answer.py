@@ -94,7 +94,7 @@ ROOM_TURNS = {Q1: ["<think>I need the author.</think>\n<search> Zorblax Rising a
 
 
 def test_answer_room_opens_the_answer_where_a_search_s_documents_would_reach_the_token_limit(gemma_tokenizer):
-    """`answer_room` (issue 61): the second search's documents would leave fewer tokens than the answer opener and
+    """`answer_room`: the second search's documents would leave fewer tokens than the answer opener and
     `forced_answer_tokens`, so the search is skipped and the answer opened; without it the same limit ends the
     episode with no answer. The trajectory never exceeds `max_total_tokens`."""
     options = {**FORCED, "forced_answer_tokens": 16}

@@ -1,4 +1,4 @@
-"""The project's import graph (issue 50): no circles between its modules, and no arrow back up from `cluster/`
+"""The project's import graph: no circles between its modules, and no arrow back up from `cluster/`
 (placement, processes, /dev/shm) into `actors/` (what holds resources). Every import counts, also one inside a
 function or under TYPE_CHECKING: a circle there still ties the modules together."""
 
@@ -117,7 +117,7 @@ def test_cluster_imports_nothing_from_actors():
 
 
 def test_scripts_top_level_is_the_entry_points_and_the_subpackages():
-    """`ls scripts/` shows the product first (issue 50): every top-level module but the shared `cli` is an
+    """`ls scripts/` shows the product first: every top-level module but the shared `cli` is an
     entry point (it has `main`) named in the README's layout row, and everything else sits in a sub-package."""
     readme_row = next(line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| `scripts/` |"))
     for path in sorted((ROOT / "scripts").glob("*.py")):

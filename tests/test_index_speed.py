@@ -94,7 +94,7 @@ def test_openvino_matches_torch(tmp_path, monkeypatch):
     np.testing.assert_allclose(q_ov, q_ref, atol=1e-4)
     np.testing.assert_allclose(np.linalg.norm(p_ov, axis=1), 1.0, atol=1e-5)
     assert list((q_ov @ p_ov.T).argmax(axis=1)) == list((q_ref @ p_ref.T).argmax(axis=1)) == [0, 1, 2, 3, 4]
-    from configs.cpu_features import host_cpu  # bf16 asked for: f32 kernels where bf16 is not native (#48)
+    from configs.cpu_features import host_cpu  # bf16 asked for: f32 kernels where bf16 is not native
 
     assert ov._ov["bf16"].precision == ("bf16" if host_cpu().native_bf16 else "fp32")
     exported = list((tmp_path / "openvino").iterdir())

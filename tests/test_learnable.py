@@ -67,7 +67,7 @@ def test_select_keeps_differing_questions_and_caches(tmp_path):
     assert [q["id"] for q in again] == ["a", "d"] and report2["cached"] and len(calls) == 1
     select_learnable(c, pool, {"stage": 2, "prefill": "<x>"}, rollout)  # another prompt: rolled out again
     assert len(calls) == 2
-    # Issue 41: for s3 the frozen generator's answers decide the selection; another generator is rolled out again.
+    # For s3 the frozen generator's answers decide the selection; another generator is rolled out again.
     for field, value in (("model", "smollm2-135m-instruct"), ("max_answer_tokens", 16)):
         other = cfg(tmp_path)
         setattr(other.frozen, field, value)

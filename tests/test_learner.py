@@ -393,7 +393,7 @@ def test_frozen_embeddings_stay_fixed_while_the_update_moves_the_policy(ray_loca
 
 
 def test_packed_update_with_skipped_groups_moves_the_policy_as_the_plain_update(ray_local, tiny_gemma_dir):
-    """Issue 38: the update with shared-prefix packing and `skip_zero_advantage` moves the log-probs as the
+    """The update with shared-prefix packing and `skip_zero_advantage` moves the log-probs as the
     unpacked update of every row does (a group of equal rewards has zero advantages, so leaving it out
     changes only the loss normaliser, which Adam's first step does not see); packed, the forward passes
     run over each prompt once; a batch of nothing but such groups takes no optimizer step."""
@@ -455,7 +455,7 @@ def test_an_update_whose_groups_are_all_left_out_needs_no_old_logprobs(ray_local
 
 
 def test_skipped_groups_with_kl_and_entropy_terms_train_as_the_kept_groups_alone(ray_local, tiny_gemma_dir):
-    """Issue 49: with a KL and an entropy loss term, `skip_zero_advantage` (packed) moves the policy as the plain
+    """With a KL and an entropy loss term, `skip_zero_advantage` (packed) moves the policy as the plain
     unpacked update of the kept groups alone does: the terms apply to the kept groups, a skipped group adds
     nothing (without the filter the terms would move its rows too)."""
     from actors.learner.group import LearnerGroup
@@ -488,7 +488,7 @@ def test_skipped_groups_with_kl_and_entropy_terms_train_as_the_kept_groups_alone
 
 
 def test_token_sized_micro_batches_take_the_same_step(ray_local, tiny_gemma_dir):
-    """Issue 40: `learner.micro_batch_tokens` cuts the mini-batch into passes by tokens; one optimizer step
+    """`learner.micro_batch_tokens` cuts the mini-batch into passes by tokens; one optimizer step
     over them moves the policy as the passes of `micro_batch_size` sequences do (the loss is scaled per
     pass by its share of the mini-batch's tokens, whatever the cut), with `gradient_checkpointing: auto`
     (no recomputation for passes this small) as with it always on."""
@@ -529,7 +529,7 @@ def test_bench_learner_local_runs_without_ray(tiny_gemma_dir, data_dir, tmp_path
                         "--out", str(out), f"learner.model={tiny_gemma_dir}", f"data.dir={data_dir}",
                         "learner.micro_batch_size=3", "learner.dtype=fp32", "learner.shuffle=false"])
     line = capsys.readouterr().out.strip().splitlines()[-1]
-    cpu = host_cpu()  # the line names the CPU's instruction sets (issue #48)
+    cpu = host_cpu()  # the line names the CPU's instruction sets
     where = f"cpu {'+'.join(cpu.isa_names()) or 'no-AVX2'}" + ("" if cpu.native_bf16 else " (bf16 emulated)")
     assert line.startswith(f"learner local ({tiny_gemma_dir}, {shape}, 2x3, {where}): learner.shared_prefix=false: "
                            "dtype=fp32 update_s=") and "; config: dtype=fp32 update_s=" in line and " speedup=" in line
@@ -542,7 +542,7 @@ def test_bench_learner_local_runs_without_ray(tiny_gemma_dir, data_dir, tmp_path
 
 
 def test_lora_policy_trains_its_adapters_and_hands_out_merged_weights(ray_local, tiny_gemma_dir, tmp_path):
-    """Issue 38, `learner.lora`: the update moves the policy through its adapters alone; the weights synced
+    """`learner.lora`: the update moves the policy through its adapters alone; the weights synced
     to the engines are whole decoder layers, merged; the checkpoint's policy/hf is a plain Hugging Face
     model that gives the learner's log-probs, and policy/adapter loads with peft over the base model."""
     from peft import PeftModel

@@ -1,4 +1,4 @@
-"""Learner options of issue 40: `gradient_checkpointing: auto` (recompute only where the activations
+"""Learner options for memory and speed: `gradient_checkpointing: auto` (recompute only where the activations
 would not fit), fused AdamW on CUDA and compiled decoder layers (`learner.compile_layers`)."""
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def test_compiled_layers_give_the_eager_logprobs_and_gradients(tiny_gemma_dir):
 
 
 def test_liger_is_refused_on_a_cpu_learner_before_any_actor_starts():
-    """`learner.liger` (issue 52): Liger's kernels are Triton GPU kernels, so a CPU learner's config fails at
+    """`learner.liger`: Liger's kernels are Triton GPU kernels, so a CPU learner's config fails at
     validation, naming the key; on GPUs the option validates."""
     from configs.schema import Config, LearnerConfig
 

@@ -1,4 +1,4 @@
-"""LoRA policies (issue 38, `learner.lora`): only the adapters train, the merged weights are the adapted
+"""LoRA policies (`learner.lora`): only the adapters train, the merged weights are the adapted
 model's, and the saved adapter loads with peft over the base model."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The pages of issue 51 in a real browser: headless Chromium (Debian's `chromium`, driven by Playwright for
+"""The web pages in a real browser: headless Chromium (Debian's `chromium`, driven by Playwright for
 Python) opens the run viewer, started as a user starts it (`python -m scripts.view_run RUN --port 0`) on a
 small run of its own, and the playground, served by the searcher's FastAPI app over a scripted engine (no
 Ray, no model), and checks what a person sees: the episodes, a document's title, the answer, two methods

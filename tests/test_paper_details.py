@@ -1,4 +1,4 @@
-"""The smaller paper details (issue 18, point 8): F1's yes/no rule as a named option, token-level
+"""The smaller paper details: F1's yes/no rule as a named option, token-level
 cover-EM, an empty answer ends the episode, and s3's naive-RAG baseline cached per dataset-unique group."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def test_f1_yes_no_rule_is_flashrag_s_and_the_paper_rewards_use_plain_f1():
 
 
 def test_token_level_cover_em():
-    # The issue's examples: character cover-EM accepts gold "2" in "2022" and "art" in "party".
+    # Where character cover-EM is too lenient: it accepts gold "2" in "2022" and "art" in "party".
     assert cover_exact_match("in 2022", ["2"]) == 1.0 and cover_exact_match("a party", ["art"]) == 1.0
     assert cover_exact_match("in 2022", ["2"], token_level=True) == 0.0
     assert cover_exact_match("a party", ["art"], token_level=True) == 0.0

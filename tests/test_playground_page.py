@@ -1,4 +1,4 @@
-"""The playground of the served searcher (issue 51) on the searcher's FastAPI app over a scripted engine (no
+"""The playground of the served searcher on the searcher's FastAPI app over a scripted engine (no
 Ray, no model): the page and its files are served, the limits route answers behind the token, and the
 routes the page's script calls exist and answer what it reads."""
 

@@ -1,4 +1,4 @@
-"""A reader fine-tuned to serve as s3's frozen generator (issue 62, Build 2): its contexts, rows and training."""
+"""A reader fine-tuned to serve as s3's frozen generator: its contexts, rows and training."""
 
 from __future__ import annotations
 

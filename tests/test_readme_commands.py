@@ -1,4 +1,4 @@
-"""Every command in the README works on a fresh clone after `bash scripts/main.sh` (issue 41).
+"""Every command in the README works on a fresh clone after `bash scripts/main.sh`.
 
 Each command line of the README's ```bash blocks is parsed by its own entry point's argument parser and
 config loader (stopped right after them), with `runs/<main-job run>` standing for a run the main job

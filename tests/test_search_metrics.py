@@ -1,4 +1,4 @@
-"""The search itself, measured (issue 61): own searches, retrieval recall and gold-paragraph recall per episode
+"""The search itself, measured: own searches, retrieval recall and gold-paragraph recall per episode
 (`recipes.search_metrics`), in the training metrics and dev curve, in the evaluation's rows with the `multi-hop`
 pool and the `no_search` method, and the expert's candidate queries (`recipes.expert.search_candidates`)."""
 
@@ -53,7 +53,7 @@ def test_gold_paragraph_recall_and_the_summary():
 
 @pytest.mark.parametrize("selected, hit", [((1,), True), ((2,), False)])
 def test_s3_context_recall_is_what_its_selection_kept_of_what_its_search_showed(selected, hit):
-    """Issue 62: the search shows the gold document (retrieval hit) either way; the generator's context holds it
+    """The search shows the gold document (retrieval hit) either way; the generator's context holds it
     only when the selection keeps it. Naive RAG's context is its top-k; Search-R1's policy answers itself."""
     s3 = get_recipe("s3", max_turns=1)
     ep = s3.start("Where was the director of Quiet Harbor born?", [GOLD], [FILM, *OTHER[:2]], chat=False)
@@ -160,7 +160,7 @@ def test_entity_phrases():
 
 
 def test_the_finding_term_pays_for_a_new_gold_document_not_for_a_search():
-    """Search-R1's `found_reward` (issue 61): paid once for a gold-holding document beyond the initial top-k that
+    """Search-R1's `found_reward`: paid once for a gold-holding document beyond the initial top-k that
     the policy's own search returned; a search that repeats the top-k, or none, earns nothing from it."""
     recipe = get_recipe("search_r1", initial_search=True, found_reward=0.5)
 

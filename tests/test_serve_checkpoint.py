@@ -64,7 +64,8 @@ def test_config_defaults_to_the_runs_own_with_overrides(tmp_path):
     assert (cfg.serve.port, cfg.serve.replicas, cfg.serve.host) == (8123, 2, "127.0.0.1")
     assert cfg.serve.max_body_bytes == 65536
     _, cfg = load_serving("gemma3-270m")
-    assert cfg.train.recipe == load_config(DEFAULT_CONFIG).train.recipe == "s3"
+    assert cfg.train.recipe == load_config(DEFAULT_CONFIG).train.recipe == "search_r1"  # the main job's loop
+    assert not cfg.eval_recipe_config()["initial_search"]  # asked a question, the agent writes its own first query
     with pytest.raises(ConfigError, match="serve.max_queued_requests"):
         load_serving(str(run), None, ["serve.max_queued_requests=0"])
     with pytest.raises(ConfigError, match="serve.replica"):

@@ -254,6 +254,6 @@ def test_health_retrieve_and_sigterm(server):
     print(f"stopped {time.monotonic() - t0:.1f} s after SIGTERM")
     with pytest.raises(httpx.TransportError):
         httpx.get(f"{url}/health", timeout=5)
-    # Issue 61: the stop left a psm_* segment every time, after Serve's controller ran past its 30 s.
+    # A stop used to leave a psm_* segment every time, after Serve's controller ran past its 30 s.
     assert "Controller failed to shut down" not in log.read_text(), log.read_text()[-3000:]
     assert [p for p in segments if os.path.exists(p)] == [], log.read_text()[-3000:]

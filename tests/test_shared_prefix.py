@@ -1,4 +1,4 @@
-"""Shared-prefix packing (issue 38): packed and unpacked forward passes agree on log-probs, entropies,
+"""Shared-prefix packing: packed and unpacked forward passes agree on log-probs, entropies,
 values and every parameter's gradient, on tiny random models of the real architectures.
 
 The batches have what real ones have: groups of unequal response lengths, observations inside a

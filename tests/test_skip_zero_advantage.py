@@ -1,4 +1,4 @@
-"""`algorithm.skip_zero_advantage` (issue 38): groups whose advantages are all zero leave the update."""
+"""`algorithm.skip_zero_advantage`: groups whose advantages are all zero leave the update."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def test_grpo_groups_of_equal_rewards_are_the_zero_ones():
 
 
 def test_skip_takes_a_kl_or_entropy_loss_term_for_the_kept_groups():
-    """Issue 49: the KL to the warm-started policy with DAPO's filter; the terms apply to the kept groups
+    """The KL to the warm-started policy with DAPO's filter; the terms apply to the kept groups
     (`tests/test_learner.py` checks the update against the plain update of the kept groups alone)."""
     AlgorithmConfig(kl_coef=0.0, skip_zero_advantage=True)
     AlgorithmConfig(kl_coef=0.001, kl_in_reward=True, skip_zero_advantage=True)

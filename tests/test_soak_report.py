@@ -1,4 +1,4 @@
-"""scripts.ops.soak_report: the soak's samples, summaries and issue 29's checks on short synthetic series."""
+"""scripts.ops.soak_report: the soak's samples, summaries and pass/fail checks on short synthetic series."""
 
 from __future__ import annotations
 
@@ -256,7 +256,7 @@ def test_drive_mixes_the_request_kinds_and_samples_each_minute():
 
 
 def test_serve_soak_serves_the_run_s_own_config(tmp_path, data_dir, monkeypatch):
-    """Issue 41: without --config the soak serves what scripts.serve picks for the checkpoint (a run's own
+    """Without --config the soak serves what scripts.serve picks for the checkpoint (a run's own
     config.yaml), not a fixed Search-R1 config: an s3 run is soaked as s3, with its generator."""
     import argparse
     from types import SimpleNamespace

@@ -319,7 +319,7 @@ def test_learning_trend_compares_the_first_and_last_third():
 
 
 def test_step_summary_of_a_select_only_recipe_names_its_own_numbers():
-    """Issue 39: s3 select-only never searches, so the line shows its selections, documents kept and the
+    """s3 select-only never searches, so the line shows its selections, documents kept and the
     generator's answer F1 instead of "searches 0.00"."""
     from configs.loader import load_config
     from pipelines.train_metrics import recipe_searches, step_summary

@@ -16,7 +16,7 @@ def test_killed_rollout_worker_then_learner_rank_are_rebuilt_and_their_steps_red
                                                                                      tmp_path, monkeypatch):
     """One 3-step run, three faults (one run instead of three: each fault's checks are as they were alone).
     Step 1's weight sync: the rollout worker dies as the weights are sent; Ray restarts it and the weights
-    are sent again (stop 80's run ended there). Step 2: the only rollout worker dies before its call; Ray
+    are sent again (a long run once ended there). Step 2: the only rollout worker dies before its call; Ray
     restarts it with its starting weights, the step sees the stale episodes, re-syncs it and re-runs its part, and the batch holds each (question, sample) once.
     Step 3: a learner rank dies after the step-2 checkpoint; the learners are rebuilt from it and step 3 is
     redone once, never half-applied."""

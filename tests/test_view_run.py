@@ -1,4 +1,4 @@
-"""The run viewer (issue 51) over a small run in the real formats (`tests.fake_run`): what its JSON routes
+"""The run viewer over a small run in the real formats (`tests.fake_run`): what its JSON routes
 answer, every bad input as a 4xx naming the parameter, a run missing parts, files still being written,
 and a page that builds its DOM without parsing HTML. No Ray, no server process (FastAPI's TestClient)."""
 
@@ -40,7 +40,7 @@ def test_summary_names_methods_datasets_steps_and_the_dev_curve(client):
     policy = s["eval"]["methods"][0]
     assert policy["episodes"] == 3 and policy["em"] == pytest.approx(1 / 3)  # "Mira Tolven" exact, the others not
     assert policy["own_searches"] == 1.0 and policy["retrieval_recall"] == pytest.approx(1 / 3)
-    assert policy["context_recall"] == pytest.approx(1 / 3)  # what the generator read (issue 62)
+    assert policy["context_recall"] == pytest.approx(1 / 3)  # what the generator read
     assert s["eval"]["methods"][1]["retrieval_recall"] is None  # its records carry no search measures
     assert s["eval"]["methods"][1]["context_recall"] is None
     assert s["eval"]["datasets"] == ["hotpotqa", "nq"] and s["eval"]["episodes"] == 12

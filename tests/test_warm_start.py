@@ -1,4 +1,4 @@
-"""`train.warm_start` (issue 39): rejection-sampling fine-tuning on the untrained policy's best episodes."""
+"""`train.warm_start`: rejection-sampling fine-tuning on the untrained policy's best episodes."""
 
 from __future__ import annotations
 
@@ -87,11 +87,18 @@ def warm_trainer(tmp_path, cfg, rewards):
     return SimpleNamespace(cfg=cfg, run_dir=tmp_path, policy=FakePolicy(), critic=None, reference=None, workers=[],
                            weight_version=0, warm_questions=0.0, pad_token_id=0, rollout=rollout, tracker=None,
                            snapshot=None, dev_f1={},
-                           training_questions=lambda file, options: [{"id": str(i)} for i in range(len(rewards))])
+                           questions=lambda file, limit: [{"id": str(i)} for i in range(len(rewards))],
+                           training_questions=no_learnable_selection)
+
+
+def no_learnable_selection(file, options):
+    """The warm start draws from the whole training pool: the learnable questions are chosen after it, by the
+    warm-started policy (a selection by the untrained policy once left the warm start 12 demonstrations)."""
+    raise AssertionError("the warm start asked for the learnable questions")
 
 
 def test_the_visits_count_the_questions_the_warm_start_kept_and_survive_resume(tmp_path):
-    """Issue 61: `train/question_visits` counted `warm_start.questions` (192 in the main job) while 126 were
+    """`train/question_visits` once counted `warm_start.questions` (192 in the main job) while 126 were
     kept; the warm start now counts the questions with a kept episode, and a checkpoint carries the count."""
     from pipelines.trainer_checkpoint import load_checkpoint, save_checkpoint
 

@@ -1,6 +1,6 @@
 """A weight sync survives a rollout worker that dies while it loads the weights
 (`actors.learner.group.load_weights_into`): Ray restarts the worker, the weights are sent again, and
-the run goes on (stop 80's run ended here when Ray's memory monitor killed the worker). Ray's
+the run goes on (a long run once ended here when Ray's memory monitor killed the worker). Ray's
 `OutOfMemoryError` counts as a death there and in a rollout batch (`pipelines.rollout_dispatch`), and
 `actors.lifecycle.wait_restarted` asks an actor that answers with it again for a bounded time.
 Real Ray actors; a death is `os._exit` (no cleanup runs)."""

@@ -198,7 +198,7 @@ class LearnerGroup:
         weights_ref = pairs[0][1]  # rank 0's weights stay in the object store: the workers read them from there
         del pairs
         # Before the workers load: the ranks hand back the update's freed heap and their gathered copies, so the
-        # node's peak is lower while a worker loads (stop 80 and 81: Ray's memory monitor killed the worker there).
+        # node's peak is lower while a worker loads (in earlier runs Ray's memory monitor killed the worker there).
         self._all("trim_memory")
         t1 = time.perf_counter()
         versions, restarts = load_weights_into(rollout_workers, weights_ref, version, self.call_timeout_s)

@@ -468,5 +468,5 @@ class DeepSpeedRank:
 
 def adamw_options(device: torch.device) -> dict[str, Any]:
     """Extra `torch.optim.AdamW` arguments for `device`: on CUDA its fused kernel (one launch for every
-    parameter instead of a loop of elementwise kernels; issue 40), else none (the default for-each path)."""
+    parameter instead of a loop of elementwise kernels), else none (the default for-each path)."""
     return {"fused": True} if device.type == "cuda" else {}

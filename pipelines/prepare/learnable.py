@@ -1,4 +1,5 @@
-"""Learnable questions: the training questions the untrained policy sometimes answers right, not always.
+"""Learnable questions: the training questions the policy sometimes answers right, not always (the untrained
+policy, or the warm-started one when the run has a warm start: the selection runs before the first step).
 
 GRPO learns only from a question whose samples score differently: a group of equal rewards has zero
 advantage everywhere. R1-Searcher §2.1 picks its training questions by the rollouts a policy needs to
@@ -10,7 +11,7 @@ differ (some sample is at least partly right and some is not: `is_learnable`).
 
 The result is cached as JSON beside the index (`<index.dir>.learnable/<fingerprint>.json`) and
 rebuilt when what it depends on changes (`selection_settings`: the policy model, the recipe and its
-options, the sampling and token limits, the candidate questions and the index). The run's seed is
+options, the sampling and token limits, the candidate questions, the index and the warm start). The run's seed is
 not part of it: seeds of one config train on the same questions.
 """
 
@@ -62,13 +63,14 @@ def selection_settings(cfg: Any, recipe_options: Mapping[str, Any], candidates: 
                        samples: int) -> dict[str, Any]:
     """What a cached selection depends on (its file name is a hash of this): the policy model, the
     recipe and its options, sampling and token limits, the frozen generator and judge (for s3 the
-    generator's answer F1 decides which questions are kept), the candidate question ids and the index.
+    generator's answer F1 decides which questions are kept), the candidate question ids, the index and,
+    when the run has one, the warm start (`train.warm_start`: the selection samples the warm-started policy).
 
     Raises:
         IndexFormatError: no finished index at `cfg.index.dir`.
     """
     ro = cfg.rollout
-    return {
+    settings = {
         "model": cfg.learner.model, "backend": ro.backend, "chat": ro.chat, "recipe": cfg.train.recipe,
         "recipe_options": dict(recipe_options), "topk": cfg.retrieval.topk, "temperature": ro.temperature,
         "top_p": ro.top_p, "samples": samples, "limits": [ro.max_new_tokens_per_turn, ro.max_observation_tokens,
@@ -77,6 +79,10 @@ def selection_settings(cfg: Any, recipe_options: Mapping[str, Any], candidates: 
         "frozen": {k: getattr(cfg.frozen, k) for k in ("model", "judge_model", "backend", "max_model_len",
                                                        "max_answer_tokens")},
     }
+    warm = getattr(cfg.train, "warm_start", None)
+    if warm is not None:  # the selection runs after the warm start: the warm-started policy's samples decide it
+        settings["warm_start"] = warm.model_dump(mode="json")
+    return settings
 
 
 def cache_path(index_dir: str | Path, fingerprint: str) -> Path:

@@ -20,7 +20,7 @@ fresh run of `--control-steps` steps repeats the long run's first steps on the s
 slower it is than the long run's start is the machine's own drift, not something the run accumulated.
 
 Each prints one `soak:` line (scripts.ops.soak_report) and writes `<out>/soak.json` (the series, the
-summary and the failed checks) and `<out>/soak.png`. Exit status 0 when every check of issue 29 holds,
+summary and the failed checks) and `<out>/soak.png`. Exit status 0 when every check holds,
 1 when one does not (they are printed), 2 for bad arguments. Not run in CI.
 """
 

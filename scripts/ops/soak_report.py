@@ -1,5 +1,5 @@
 """What a soak (`scripts.ops.soak`) records and how it is judged: per-minute (serve) or per-step (train)
-samples, their summary, the pass/fail checks of issue 29, the one-line result and the picture.
+samples, their summary, the pass/fail checks, the one-line result and the picture.
 
 Pure functions over lists of dicts, no Ray and no server, so they are tested on short synthetic series.
 
@@ -20,7 +20,7 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
-# Issue 29's "Done when", in numbers.
+# What a soak must show to pass, in numbers.
 P99_GROWTH_MAX = 1.5        # p99 of the last 10 minutes over the first 10
 RSS_GROWTH_MAX = 0.10       # serve: total RSS growth after minute 10, as a share
 STEP_TIME_GROWTH_MAX = 1.2  # train: s/step of the last 10 steps over steps 2-11
@@ -88,7 +88,7 @@ def summarize_serve(series: Sequence[dict], stop_s: float, left_behind: Sequence
 
 
 def check_serve(summary: dict) -> list[str]:
-    """Issue 29's serve conditions that do not hold, one line each (empty: all hold)."""
+    """The serve soak's conditions that do not hold, one line each (empty: all hold)."""
     s, failed = summary, []
     if s["errors_5xx"]:
         failed.append(f"{s['errors_5xx']} responses were 5xx other than 503 with Retry-After")
@@ -155,7 +155,7 @@ def summarize_train(series: Sequence[dict], keep_checkpoints: int | None,
 
 
 def check_train(summary: dict) -> list[str]:
-    """Issue 29's training conditions that do not hold, one line each (empty: all hold). The checkpoint
+    """The training soak's conditions that do not hold, one line each (empty: all hold). The checkpoint
     bound allows the best checkpoint beside the last `keep_checkpoints`. With a control run, the step time
     must also hold once the machine's own drift is divided out; the plain step-time check stays."""
     s, failed = summary, []

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m scripts.probes.s3_overlap_signal runs/<run> [--steps 49-64] [--json]
 
-The expert selects what holds the answer by reading the gold, which a searcher never sees (issue 62). This probe
+The expert selects what holds the answer by reading the gold, which a searcher never sees. This probe
 asks how far one signal a searcher does see separates those documents: a document's `overlap`, the share of the
 question's content words (`recipes.expert.key_words`) found in its title and text (normalized as EM normalizes).
 For each block a selection chooses from (`initial`: the top-k before turn 1; `search`: a search's results,

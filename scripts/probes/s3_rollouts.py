@@ -1,4 +1,4 @@
-"""What an s3 run's searcher did, step by step, read from the rollouts the run saved (issue 62).
+"""What an s3 run's searcher did, step by step, read from the rollouts the run saved.
 
     .venv/bin/python -m scripts.probes.s3_rollouts runs/<run> [--steps 1,8,16] [--json]
 
@@ -23,7 +23,7 @@ Reads `<run>/config.yaml` (the recipe and its options, to parse each turn as tra
   `algorithm.advantage_estimator` over the step's rewards: for `grpo`, (reward − group mean) / group std),
   summed over the episodes of groups that are not tied, by first-turn selection (the three largest in size).
   The std matters: with an F1 reward a group whose samples differ by 0.05 weighs as much as one that differs by
-  1, so reward − mean alone (what `step_summary` sums without an algorithm) can have the other sign (issue 62);
+  1, so reward − mean alone (what `step_summary` sums without an algorithm) can have the other sign;
 - `judge_only`: episodes whose accuracy 1 came from the judge alone (the generator's answer fails s3's span
   check), and `(F1 0: n)` of them, answers sharing no word with any gold answer: the judge's likely false yes
   (under `reward_metric: gen_acc` with `use_judge`; 0 otherwise).

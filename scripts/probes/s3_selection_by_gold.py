@@ -3,7 +3,7 @@
     .venv/bin/python -m scripts.probes.s3_selection_by_gold runs/<run> [--steps 32-41] [--json]
 
 A searcher that reads for the answer selects a gold-holding document more often than one that holds none, at every
-position; one that learned a position selects position 1 (say) as often either way (issue 62: the expert's
+position; one that learned a position selects position 1 (say) as often either way (the expert's
 selections depend on the documents, the trained searcher's must too). For every selection the searcher wrote, by
 the document's position in the block it selects among (1 = the retriever's first):
 - `initial`: turn 1's selection among the initial top-k (`final.search.shown_doc_ids[:retrieval.topk]`);

@@ -1,4 +1,4 @@
-"""Which way one GRPO update moves an s3 searcher's first-turn selection, and why (issue 62).
+"""Which way one GRPO update moves an s3 searcher's first-turn selection, and why.
 
     SEARCHRL_DATA=../shared/data .venv/bin/python -m scripts.probes.update_direction runs/<run> --checkpoint 12 \
         [--heldout 14,15] [--json]
