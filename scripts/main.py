@@ -45,7 +45,8 @@ def eval_methods(cfg, run_dir: Path, checkpoint: Path | None = None) -> tuple[st
     warm_dir = run_dir / WARM_START_DIR
     warm = (warm_dir / "policy" / "hf" / "config.json").is_file()
     is_warm = checkpoint is not None and Path(checkpoint).resolve() == warm_dir.resolve()
-    return EVAL_METHODS + ("warm_start",) if warm and not is_warm and cfg.train.warm_start is not None else EVAL_METHODS
+    keep = warm and not is_warm and cfg.train.warm_start is not None
+    return EVAL_METHODS + ("warm_start",) if keep else EVAL_METHODS
 
 
 def evaluated_checkpoint(run_dir: Path) -> Path | None:
@@ -76,10 +77,12 @@ def stopped_message(run_dir: Path | None, cfg, eval_limit: int) -> str:
     own (`run_dir` given: the main job's test evaluation, as a `scripts.evaluate` command)."""
     if run_dir is None:
         return "stopped: run the same command again; the index build resumes at its first unfinished shard"
+    checkpoint = evaluated_checkpoint(run_dir)
     return (f"stopped during the evaluation; training is done and checkpointed in {run_dir}. Evaluate it with:\n"
             f"  SEARCHRL_DATA={cfg.data.dir or '../shared/data'} .venv/bin/python -m scripts.evaluate "
-            f"--config {run_dir}/config.yaml --checkpoint {evaluated_checkpoint(run_dir) or run_dir} --qa {cfg.data.test} --limit {eval_limit} "
-            f"--sample --methods {','.join(eval_methods(cfg, run_dir, evaluated_checkpoint(run_dir)))} --out {run_dir}/eval")
+            f"--config {run_dir}/config.yaml --checkpoint {checkpoint or run_dir} --qa {cfg.data.test} "
+            f"--limit {eval_limit} --sample --methods {','.join(eval_methods(cfg, run_dir, checkpoint))} "
+            f"--out {run_dir}/eval")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,8 @@ from pathlib import Path
 from configs import Config, load_config
 from serving.checkpoint import Served, resolve_served
 
-DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "main_cpu.yaml"  # the main job's loop: the agent writes its own queries
+# the main job's config: its loop, in which the agent writes its own queries
+DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "main_cpu.yaml"
 """For a model directory or name with no run (and no --config): the s3 CPU config (s3 trains only the searcher)."""
 
 

@@ -369,7 +369,8 @@ def test_the_question_first_expert_searches_with_the_question_verbatim_then_a_ch
     assert calls[0] == BRIDGE_Q and calls[-1] == hop  # the question unchecked, then the hop checked and searched
     assert "I need to search for the answer." in t.turns[0].text and t.final["search"]["own_searches"] == 2
     calls = []
-    direct = run_main_loop(gemma_tokenizer, recipe, bridge_searcher(calls, BRIDGE_Q), [ex("q2", BRIDGE_Q, ["Vellmar"])])[0]
+    direct = run_main_loop(gemma_tokenizer, recipe, bridge_searcher(calls, BRIDGE_Q),
+                           [ex("q2", BRIDGE_Q, ["Vellmar"])])[0]
     assert [turn.query for turn in direct.turns] == [BRIDGE_Q, None] and direct.final["answer"] == "Vellmar"
     assert calls == [BRIDGE_Q] and direct.reward == 1.0
     calls = []
@@ -496,8 +497,8 @@ def test_the_key_words_variant_searches_the_question_s_key_words_until_a_shown_d
 @pytest.mark.parametrize("fresh_docs", [True, False])
 def test_s3_key_words_searches_the_question_s_key_words_and_selects_what_holds_the_answer(gemma_tokenizer, fresh_docs):
     """s3 with `expert_searches: key_words`: no query is chosen by the answer (such queries taught arbitrary ones).
-    Its first turn selects nothing of a top-3 without the gold and searches the question's key words; with `fresh_docs` it
-    searches them again (documents 4-6, then 7-9) until a block holds the gold, and selects only that document;
+    Its first turn selects nothing of a top-3 without the gold and searches the question's key words; with
+    `fresh_docs` it searches them again (documents 4-6, then 7-9) until a block holds the gold, and selects only that document;
     without, a repeat would show the same documents, so it never repeats and the question gives no demonstration.
     Where the top-3 holds the gold, it selects it and still searches once."""
     assert not get_recipe("s3", expert_searches="key_words").config.fresh_docs  # the paper's retrieval by default

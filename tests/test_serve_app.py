@@ -46,6 +46,6 @@ def test_serving_runs_the_episode_evaluation_runs():
 
 def test_s3_gets_the_generator_and_autoscaling():
     auto = "serve.autoscaling_config={min_replicas: 1, max_replicas: 2, target_ongoing_requests: 8}"
-    deps = deployments(build_app({"checkpoint": "gemma3-270m", "overrides": [auto]}))
+    deps = deployments(build_app({"checkpoint": "gemma3-270m", "config": "configs/s3_cpu.yaml", "overrides": [auto]}))
     assert set(deps) == {"Ingress", "Searcher", "Retrieval", "Generator"}
     assert deps["Searcher"]._deployment_config.autoscaling_config.max_replicas == 2
