@@ -4,7 +4,7 @@
 
 PATH: a run directory (its newest checkpoint), a `checkpoints/step-N` directory, a Hugging Face
 model directory or a model name (`gemma3-270m`). The config defaults to the run's `config.yaml`
-(`configs/s3_cpu.yaml` for a model with no run); `serve.*` keys set host, port, replicas and limits.
+(`configs/main_cpu.yaml`, the main job's, for a model with no run); `serve.*` keys set host, port, replicas and limits.
 Starts a local Ray cluster (or joins one with `ray.address=auto`); on exit removes the application
 and stops only the cluster it started. A missing index is built first (resuming). Exit status 2 for a
 bad checkpoint, config or an unreadable index.

@@ -76,6 +76,29 @@ def test_select_keeps_differing_questions_and_caches(tmp_path):
     assert len(calls) == 4
 
 
+def test_a_warm_started_run_does_not_reuse_the_untrained_policys_selection(tmp_path):
+    """The selection runs after the warm start, on the warm-started policy: a run with a warm start (or another one)
+    rolls out again instead of reading the cache an untrained run of the same settings wrote."""
+    from configs.schema_train import WarmStart
+
+    pool = [question("a"), question("b")]
+    calls = []
+
+    def rollout(examples, n):
+        calls.append(len(examples))
+        return [traj(e["id"], i, ["Paris", "Rome"][i], dataset=e["dataset"]) for e in examples for i in range(n)]
+
+    select_learnable(cfg(tmp_path), pool, {}, rollout)
+    for ws in (WarmStart(source="expert", questions=8), WarmStart(source="expert", questions=8, epochs=2)):
+        warm = cfg(tmp_path)
+        warm.train.warm_start = ws
+        _, report = select_learnable(warm, pool, {}, rollout)
+        assert not report["cached"]
+    again = cfg(tmp_path)
+    again.train.warm_start = WarmStart(source="expert", questions=8)
+    assert select_learnable(again, pool, {}, rollout)[1]["cached"] and len(calls) == 3
+
+
 def test_select_with_nothing_learnable_says_what_to_change(tmp_path):
     def rollout(examples, n):
         return [traj(e["id"], i, "Rome") for e in examples for i in range(n)]
