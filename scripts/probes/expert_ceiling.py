@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [{"id": e.id, "question": e.question, "golden_answers": list(e.golden_answers), "dataset": e.dataset,
              "meta": e.meta} for e in iter_qa(path)]
     rows = spread_sample(rows, min(args.questions, len(rows)), seed=cfg.seed)
-    recipe = get_recipe(cfg.train.recipe, cfg.train.recipe_options)
+    recipe = get_recipe(cfg.train.recipe, cfg.recipe_config())
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(cfg.learner.model))
     ro = cfg.rollout
     loop = AgentLoop(TokenizerOnly(tokenizer), recipe, bm25_searcher(cfg.index.dir), Sampling(temperature=0.0),
