@@ -281,7 +281,6 @@ class TrainConfig(StrictModel):
     stages: list[StageConfig] = Field(default_factory=list, description="Staged schedule; empty = one stage of total_steps.")
     total_steps: int = Field(20, gt=0, description="Training steps (one rollout batch and one update each).")
     questions_per_step: int = Field(8, gt=0, description="Questions per step (x samples_per_prompt episodes).")
-    train_limit: int | None = Field(None, gt=0, description="Use the first N training questions; None = all.")
     select_questions: int = Field(
         0, ge=0, description="Learnable-question selection (pipelines/prepare/learnable.py; R1-Searcher §2.1's idea): "
         "before step 1 the untrained policy samples select_samples episodes of this many training questions (a seeded "

@@ -46,7 +46,7 @@ def expected_questions(cfg: Config, step: int) -> list[str]:
     from pipelines.data import iter_qa, pack_file
     from pipelines.train import batch_indices, stage_at
 
-    pool = list(iter_qa(pack_file(stage_at(cfg, step - 1)[2], cfg.data.dir), limit=cfg.train.train_limit))
+    pool = list(iter_qa(pack_file(stage_at(cfg, step - 1)[2], cfg.data.dir)))
     idx = batch_indices(step - 1, cfg.train.questions_per_step, len(pool), cfg.seed, cfg.train.shuffle)
     return [group_id_of({"id": pool[i].id, "dataset": pool[i].dataset}) for i in idx]
 

@@ -103,7 +103,15 @@ from recipes.metrics import span_check
 
 log = logging.getLogger(__name__)
 
-_CHUNK = 8  # questions per worker call: calls run concurrently (the engine batches across them); the bar moves per call
+# Questions in the evaluation engine at once. The engine batches whatever is in flight, but a question sent behind
+# hundreds of others waits behind all their turns (a turn's next generation rejoins the engine's queue at its end),
+# so with every question sent at once all come back together near the end and the bar sits at 0 until then. On a
+# CPU the KV cache (rollout.cpu_kv_cache_gib, 0.5-1 GiB) holds about 30-60 episodes of the 270M policy, the batch
+# the engine runs at once anyway, so 64 keeps it full with the first answers back within a minute or two. A GPU
+# engine batches up to vLLM's max_num_seqs (256 by default, more on large GPUs): 1024 keeps it full.
+_IN_FLIGHT_CPU = 64
+_IN_FLIGHT_GPU = 1024
+
 
 @dataclass(frozen=True)
 class _Plan:
@@ -226,23 +234,41 @@ def eval_judge_config(cfg: Any) -> Any:
     return cfg.model_copy(update={"frozen": cfg.frozen.model_copy(update={"judge_model": cfg.eval_judge_model})})
 
 
-def _run_chunks(ray: Any, worker: Any, plan: _Plan, examples: list[dict], sampling: dict, progress: bool) -> list[dict]:
-    """Final records of `examples` under `plan` on `worker`, in order, with a progress bar
-    (questions, ETA) that moves as each chunk of `_CHUNK` questions comes back."""
+def in_flight(plan: _Plan) -> int:
+    """Questions `_run_questions` keeps in `plan`'s engine at once (count): `_IN_FLIGHT_GPU` for an engine on
+    GPUs (`plan.resources["num_gpus"]` > 0), else `_IN_FLIGHT_CPU`."""
+    return _IN_FLIGHT_GPU if plan.resources.get("num_gpus") else _IN_FLIGHT_CPU
+
+
+def _run_questions(ray: Any, worker: Any, plan: _Plan, examples: list[dict], sampling: dict, progress: bool,
+                   max_in_flight: int | None = None) -> list[dict]:
+    """Final records of `examples` under `plan` on `worker` (`EvalWorker.run_final`, one question per call), in the
+    order of `examples`, with a progress bar (questions, ETA) that moves as each question comes back.
+
+    At most `max_in_flight` questions (None = `in_flight(plan)`) are in the worker at once; as one comes back the
+    next is sent, so the engine's batch stays full and the first answers come back early instead of all at the end.
+    """
     from tqdm import tqdm
 
-    chunks = {worker.run_final.remote(examples[i : i + _CHUNK], plan.recipe, recipe_config=plan.recipe_config,
-                                      sampling=sampling, limits=plan.limits, chat=plan.chat, expert=plan.expert): i
-              for i in range(0, len(examples), _CHUNK)}
-    done: dict[int, list[dict]] = {}
+    def send(i: int) -> Any:
+        return worker.run_final.remote(examples[i : i + 1], plan.recipe, recipe_config=plan.recipe_config,
+                                       sampling=sampling, limits=plan.limits, chat=plan.chat, expert=plan.expert)
+
+    width = max(1, max_in_flight or in_flight(plan))
+    pending = {send(i): i for i in range(min(width, len(examples)))}
+    following = iter(range(len(pending), len(examples)))
+    done: list[list[dict] | None] = [None] * len(examples)
     with tqdm(total=len(examples), unit="q", desc=f"evaluate {plan.method}", disable=not progress,
               dynamic_ncols=True) as bar:
-        pending = list(chunks)
         while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
-            done[chunks[ready[0]]] = ray.get(ready[0])
-            bar.update(len(done[chunks[ready[0]]]))
-    return [r for i in sorted(done) for r in done[i]]
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            i = pending.pop(ready[0])
+            done[i] = ray.get(ready[0])
+            bar.update(len(done[i]))
+            nxt = next(following, None)
+            if nxt is not None:
+                pending[send(nxt)] = nxt
+    return [r for recs in done for r in recs]
 
 
 def evaluate(
@@ -349,7 +375,7 @@ def evaluate(
                     log(f"{p.method}: same engine and recipe as {same.method}, its episodes reused")
                     continue
                 t0 = time.perf_counter()
-                results[p.method] = _run_chunks(ray, worker, p, examples, eval_sampling(cfg), progress)
+                results[p.method] = _run_questions(ray, worker, p, examples, eval_sampling(cfg), progress)
                 seconds[p.method] = time.perf_counter() - t0
                 log(f"{p.method}: episodes done in {seconds[p.method]:.0f} s")
             actors.stop([worker])

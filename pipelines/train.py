@@ -137,23 +137,27 @@ class Trainer:
             seconds = self.snapshot.save(step, [g for g in (self.policy, self.critic) if g is not None])
             log.debug("learner snapshot of step %d: %.1f s", step, seconds)
 
-    def questions(self, file_name: str, limit: int | None) -> list[dict]:
-        """Questions of a pack file as dicts (id, question, golden_answers, dataset, meta); cached."""
+    def questions(self, file_name: str) -> list[dict]:
+        """Questions of a pack file as dicts (id, question, golden_answers, dataset, meta); cached.
+
+        Raises:
+            TrainConfigError: the file holds no questions.
+        """
         from pipelines.data import iter_qa, pack_file
 
-        key = f"{file_name}:{limit}"
+        key = f"file:{file_name}"
         if key not in self._questions:
-            rows = [asdict(q) for q in iter_qa(pack_file(file_name, self.cfg.data.dir), limit=limit)]
+            rows = [asdict(q) for q in iter_qa(pack_file(file_name, self.cfg.data.dir))]
             if not rows:
                 raise TrainConfigError(f"no questions in {file_name!r} (data.dir={self.cfg.data.dir!r})")
             self._questions[key] = rows
         return self._questions[key]
 
     def training_questions(self, file_name: str, recipe_options: dict) -> list[dict]:
-        """The questions a step draws from: the pack file's (first `train.train_limit`), or with
+        """The questions a step draws from: the pack file's, or with
         `train.select_questions` the learnable ones among them (`pipelines.prepare.learnable`: rolled out
         once by the policy as it is now, i.e. untrained on a fresh run, or read from its cache); cached."""
-        rows = self.questions(file_name, self.cfg.train.train_limit)
+        rows = self.questions(file_name)
         if not self.cfg.train.select_questions:
             return rows
         key = f"learnable:{file_name}:{json.dumps(recipe_options, sort_keys=True)}"
@@ -362,7 +366,7 @@ class Trainer:
         from pipelines.data import spread_sample
 
         # spread over the datasets (the pack's splits are sorted by dataset); the same questions every time
-        examples = spread_sample(self.questions(self.cfg.data.dev, None), n, seed=0)
+        examples = spread_sample(self.questions(self.cfg.data.dev), n, seed=0)
         trajs = self.rollout(examples, stage_at(self.cfg, max(0, step - 1))[1], 1, 0.0, seed=0)
         out = rollout_metrics(trajs, prefix="dev")
         out["time/eval_s"] = time.perf_counter() - t

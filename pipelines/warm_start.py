@@ -104,7 +104,7 @@ def warm_start(trainer: Any) -> dict[str, float]:
     _, options, train_file = stage_at(cfg, 0)
     # the whole training pool, not the learnable questions (train.select_questions): those are chosen after the warm
     # start, by the warm-started policy's samples, and an untrained policy's choice left it a dozen questions
-    examples = warm_start_questions(trainer.questions(train_file, cfg.train.train_limit), ws.questions, cfg.seed)
+    examples = warm_start_questions(trainer.questions(train_file), ws.questions, cfg.seed)
     expert = ws.source == "expert"
     if expert:  # one demonstration per question: the expert is deterministic
         trajs = trainer.rollout(examples, options, 1, 0.0, seed=cfg.seed * 1_000_003 - 1, expert=True)

@@ -12,7 +12,8 @@ All take a prediction string and a list of gold answer strings. Normalization is
 - `f1_score`: token-overlap F1, max over gold answers (R1-Searcher Eq. 4, R-Search Eq. 3).
   `yes_no_rule=True` (default, FlashRAG / HotpotQA's official F1, used by evaluation) scores
   "yes"/"no"/"noanswer" only when prediction and gold agree exactly; the papers' equations have no
-  such rule, and their rewards use `yes_no_rule=False` (recipe option `f1_yes_no_rule`);
+  such rule, and their rewards use `yes_no_rule=False` (R1-Searcher's recipe option `f1_yes_no_rule`
+  turns it on);
 - `span_check`: a normalized gold answer occurs as a contiguous token span of the normalized
   prediction (s3 §4.1, Eq. 3; the has_answer test of DPR/Pyserini);
 - `gen_acc` = span_check ∨ judge_check (s3 Eq. 3), the judge asked with the s3 Fig. 13 prompt

@@ -49,6 +49,11 @@ SELECTION_SYSTEM = (
 """§2.1 "System Prompt for Data Selection", given to Qwen-2.5-7B-Instruct to bucket questions by difficulty
 (the paper's text carries a stray `\"\"\"` after `<|end_of_query|>"`, a string delimiter of its code: left out)."""
 
+RETRIEVAL_REWARD = 0.5
+"""Stage 1 reward for at least one retrieval (Eq. 1)."""
+FORMAT_REWARD = 0.5
+"""Stage 1 reward for a correct format (Eq. 2)."""
+
 QUERY_TAGS = ("<|begin_of_query|>", "<|end_of_query|>")
 DOCUMENT_TAGS = ("<|begin_of_documents|>", "<|end_of_documents|>")
 
@@ -59,8 +64,6 @@ class R1SearcherConfig(TaggedConfig):
     stage: Literal[1, 2] = Field(2, description="Reward stage: 1 = retrieval + format, 2 = F1 + format penalty.")
     topk: int = Field(3, ge=1, description="Documents per query (not stated in the paper; Search-R1's 3).")
     max_turns: int = Field(8, ge=0, description="Maximum retrieval count (§3.3: 8).")
-    retrieval_reward: float = Field(0.5, description="Stage 1 reward for n ≥ 1 retrievals (Eq. 1).")
-    format_reward: float = Field(0.5, description="Stage 1 reward for a correct format (Eq. 2).")
     format_penalty: float = Field(-2.0, description="Stage 2 reward for an incorrect format (Eq. 3).")
     stage1_answer_reward: bool = Field(
         False, description="Released code's stage-1 extra: +1 if cover-EM, −1 otherwise (not in the paper)."
@@ -149,8 +152,8 @@ class R1Searcher(TaggedSearchRecipe):
         format_ok = not episode.answer_forced and not format_errors(episode.response_text, episode.generated_text)
         if c.stage == 1:
             parts = {
-                "retrieval": c.retrieval_reward if episode.num_searches >= 1 else 0.0,
-                "format": c.format_reward if format_ok else 0.0,
+                "retrieval": RETRIEVAL_REWARD if episode.num_searches >= 1 else 0.0,
+                "format": FORMAT_REWARD if format_ok else 0.0,
             }
             if c.stage1_answer_reward:
                 hit = answer is not None and cover_exact_match(answer, golds) > 0

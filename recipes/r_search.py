@@ -52,9 +52,6 @@ class RSearchConfig(TaggedConfig):
     gamma_e: float = Field(0.2, ge=0.0, description="Format reward for a well-formed evidence box (γe).")
     gamma_a: float = Field(0.2, ge=0.0, description="Format reward for a well-formed answer box (γa).")
     evidence_reward: bool = Field(True, description="Score the evidence with the cross-family model (Eq. 4).")
-    f1_yes_no_rule: bool = Field(
-        False, description="Answer and evidence F1 with HotpotQA's yes/no rule (FlashRAG's F1); Eq. 3 has none.",
-    )
 
 
 class RSearch(TaggedSearchRecipe):
@@ -117,13 +114,13 @@ class RSearch(TaggedSearchRecipe):
         """
         golds = list(episode.golden_answers)
         final = episode.final or self.final_output(episode)
-        r_answer = f1_score(final.answer, golds, self.config.f1_yes_no_rule) if final.answer is not None else 0.0
+        r_answer = f1_score(final.answer, golds, yes_no_rule=False) if final.answer is not None else 0.0
         r_evidence = 0.0
         if self.config.evidence_reward and final.evidence:
             cross_answer = require_scorer(scorer, self.name).generate_answer(
                 episode.question, final.evidence, EVIDENCE_PROMPT
             )
-            r_evidence = f1_score(cross_answer, golds, self.config.f1_yes_no_rule)
+            r_evidence = f1_score(cross_answer, golds, yes_no_rule=False)
         r_format = self.format_reward(episode)
         total = r_answer + r_evidence + r_format
         return RewardBreakdown(total, {"answer_f1": r_answer, "evidence_f1": r_evidence, "format": r_format})

@@ -341,3 +341,82 @@ def test_the_warm_start_row_is_the_runs_warm_started_policy(tmp_path, tiny_gemma
     step = run / "checkpoints" / "step-3"
     plans = plan_methods(Config(learner={"model": tiny_gemma_dir}), ["untrained", "warm_start", "policy"], str(step))
     assert [p.spec.model for p in plans] == [tiny_gemma_dir, str(model.resolve()), str((step / "policy/hf").resolve())]
+
+
+class _Ref:
+    """A stand-in ObjectRef: the worker a `run_final` call went to and the questions it was sent."""
+
+    def __init__(self, worker, examples):
+        self.worker, self.examples = worker, examples
+
+
+class _Worker:
+    """A stand-in EvalWorker: records every `run_final` call and the most questions in flight at once."""
+
+    def __init__(self):
+        from types import SimpleNamespace
+
+        self.sent, self.in_flight, self.most_in_flight = [], 0, 0
+        self.run_final = SimpleNamespace(remote=self._send)
+
+    def _send(self, examples, recipe, **_):
+        self.sent.append([ex["id"] for ex in examples])
+        self.in_flight += len(examples)
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        return _Ref(self, examples)
+
+
+class _LastFirstRay:
+    """A stand-in for `ray` whose `wait` returns the newest pending call first (out of input order), and whose
+    `get` answers a call with one record per question."""
+
+    def wait(self, refs, num_returns=1):
+        assert num_returns == 1
+        return [refs[-1]], refs[:-1]
+
+    def get(self, ref):
+        ref.worker.in_flight -= len(ref.examples)
+        return [{"id": ex["id"]} for ex in ref.examples]
+
+
+def test_the_progress_bar_moves_before_the_last_question_is_sent_and_records_keep_input_order(monkeypatch):
+    """A bounded number of questions in the worker at once: the bar moves after the first one comes back, long
+    before the last is sent (sending all at once, every question came back together near the end), and the
+    records come back in the order of the questions even when the calls finish out of order."""
+    import tqdm
+
+    from actors.engines.spec import EngineSpec
+    from pipelines.evaluate import _Plan, _run_questions, in_flight
+
+    updates = []
+
+    class _Bar:
+        def __init__(self, total, **_):
+            self.total, self.n = total, 0
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *_):
+            return False
+
+        def update(self, n):
+            self.n += n
+            updates.append((self.n, sum(map(len, worker.sent))))
+
+    monkeypatch.setattr(tqdm, "tqdm", _Bar)
+    ray, worker = _LastFirstRay(), _Worker()
+    examples = [{"id": f"q{i}", "question": f"question {i}"} for i in range(100)]
+    plan = _Plan("policy", "search_r1", {}, EngineSpec(backend="hf", model="m"), {"num_cpus": 1, "num_gpus": 0},
+                 {}, None)
+    records = _run_questions(ray, worker, plan, examples, {"temperature": 0.0}, progress=True, max_in_flight=8)
+
+    assert [r["id"] for r in records] == [ex["id"] for ex in examples]
+    assert sorted(i for ids in worker.sent for i in ids) == sorted(ex["id"] for ex in examples)  # each sent once
+    assert worker.most_in_flight == 8 and worker.in_flight == 0
+    first_done, sent_then = updates[0]
+    assert first_done == 1 and sent_then == 8  # the bar moved while 92 questions were still unsent
+    assert [n for n, _ in updates] == list(range(1, 101))
+    # the default bound: a CPU engine's batch, a GPU engine's larger one
+    assert in_flight(plan) == 64
+    assert in_flight(_Plan("policy", "search_r1", {}, plan.spec, {"num_cpus": 1, "num_gpus": 1}, {}, None)) > 64

@@ -525,6 +525,9 @@ def test_r1_searcher_stage_rewards():
     assert stage1.reward(r1_episode(stage1, fake)).total == 0.0
     bad2 = stage2.reward(r1_episode(stage2, fake))
     assert bad2.components["format"] == -2.0 and bad2.total == pytest.approx(2 * 1 / 3 - 2)  # F1("Cameron", "James Cameron") = 2/3
+    # A milder penalty than Eq. 3's (docs/main-job.md's base-rate probes of the 270M policy ran with -0.5).
+    mild = get_recipe("r1_searcher", stage=2, format_penalty=-0.5)
+    assert mild.reward(r1_episode(mild, fake)).components["format"] == -0.5
     # No answer at all: the episode ends (no feedback), F1 0, format penalty.
     dangling = r1_episode(stage2, [" I am not sure."])
     assert dangling.stop_reason == "invalid" and stage2.reward(dangling).total == -2.0

@@ -87,7 +87,7 @@ def warm_trainer(tmp_path, cfg, rewards):
     return SimpleNamespace(cfg=cfg, run_dir=tmp_path, policy=FakePolicy(), critic=None, reference=None, workers=[],
                            weight_version=0, warm_questions=0.0, pad_token_id=0, rollout=rollout, tracker=None,
                            snapshot=None, dev_f1={},
-                           questions=lambda file, limit: [{"id": str(i)} for i in range(len(rewards))],
+                           questions=lambda file: [{"id": str(i)} for i in range(len(rewards))],
                            training_questions=no_learnable_selection)
 
 
