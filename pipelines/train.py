@@ -138,11 +138,8 @@ class Trainer:
             log.debug("learner snapshot of step %d: %.1f s", step, seconds)
 
     def questions(self, file_name: str) -> list[dict]:
-        """Questions of a pack file as dicts (id, question, golden_answers, dataset, meta); cached.
-
-        Raises:
-            TrainConfigError: the file holds no questions.
-        """
+        """Questions of a pack file as dicts (id, question, golden_answers, dataset, meta); cached. Raises
+        TrainConfigError when the file holds no questions."""
         from pipelines.data import iter_qa, pack_file
 
         key = f"file:{file_name}"
@@ -154,9 +151,8 @@ class Trainer:
         return self._questions[key]
 
     def training_questions(self, file_name: str, recipe_options: dict) -> list[dict]:
-        """The questions a step draws from: the pack file's, or with
-        `train.select_questions` the learnable ones among them (`pipelines.prepare.learnable`: rolled out
-        once by the policy as it is now, i.e. untrained on a fresh run, or read from its cache); cached."""
+        """The questions a step draws from: the pack file's, or with `train.select_questions` the learnable ones
+        among them (`pipelines.prepare.learnable`: rolled out once by the policy as it is now, or its cache)."""
         rows = self.questions(file_name)
         if not self.cfg.train.select_questions:
             return rows
