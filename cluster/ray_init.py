@@ -31,6 +31,9 @@ def init_ray(ray_cfg, **kwargs) -> bool:
 
     if ray.is_initialized():
         return False
+    from cluster.torch_extensions import default_extensions_dir
+
+    default_extensions_dir()  # before the local cluster starts: its actors inherit it
     local = ray_cfg.address is None and not os.environ.get("RAY_ADDRESS")
     from cluster.logs import verbose
 

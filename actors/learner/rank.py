@@ -118,9 +118,13 @@ class DeepSpeedRank:
         return torch.device("cpu")
 
     def init_distributed(self, address: str, port: int) -> None:
-        """Join the process group (gloo on CPU, nccl on GPU unless `dist_backend` says otherwise)."""
+        """Join the process group (gloo on CPU, nccl on GPU unless `dist_backend` says otherwise). A CPU group
+        builds DeepSpeed's shm op first; a stale build lock is removed (`cluster.torch_extensions`)."""
         import deepspeed
 
+        from cluster.torch_extensions import clear_stale_build_locks
+
+        clear_stale_build_locks()
         self._master = (address, port)
         os.environ.update(MASTER_ADDR=address, MASTER_PORT=str(port), RANK=str(self.rank),
                           WORLD_SIZE=str(self.world_size), LOCAL_RANK="0")
