@@ -26,16 +26,20 @@ from actors.retrieval.index_store import (
     DOCS,
     FAISS_FILE,
     MANIFEST,
+    REFINE_FILE,
     SHARD_RECORD,
     IndexFormatError,
     Manifest,
     ShardRecord,
+    add_vectors,
+    apply_search_params,
     atomic_write_text,
     build_faiss_index,
     checksum_dir,
     faiss_factory,
     shard_name,
     shard_ranges,
+    train_faiss_index,
     write_docs,
 )
 from configs import save_config
@@ -202,12 +206,86 @@ def build_shard(cfg, index_dir: Path, i: int, start: int, count: int, spec: Enco
         faiss.write_index(index, str(work / FAISS_FILE))
         ntotal = index.ntotal
         extra = {"dim": int(vectors.shape[1]), "factory": factory, "params": params}
+    return finish_shard(work, final, start, count, int(ntotal), extra)
+
+
+def finish_shard(work: Path, final: Path, start: int, count: int, ntotal: int, extra: dict) -> ShardRecord:
+    """Seal a shard built in `work` (`shard-i.partial/`): checksum its files, write `shard.json` (the record
+    plus `extra`: dim, factory, params, ...) last, and rename it to `final`. Returns its record."""
     files, size = checksum_dir(work)
-    record = ShardRecord(name=final.name, start=start, count=count, files=files, size_bytes=size, ntotal=int(ntotal))
+    record = ShardRecord(name=final.name, start=start, count=count, files=files, size_bytes=size, ntotal=ntotal)
     atomic_write_text(work / SHARD_RECORD, json.dumps({**asdict(record), **extra}, indent=2))
     shutil.rmtree(final, ignore_errors=True)
     work.rename(final)
     return record
+
+
+def build_vector_shard(index_dir: Path, i: int, start: int, vectors, index, factory: str, params: dict, write_shard_docs,
+                       refine_from: Path | None = None, chunk_rows: int = 65536, max_train: int | None = None) -> dict:
+    """Index shard `i` from vectors already computed (no corpus, no encoder): the shard a benchmark or an
+    import of precomputed embeddings builds, in the layout `build_shard` writes.
+
+    Args:
+        index_dir: the index directory; the shard goes to `shard-i/` via `shard-i.partial/`.
+        start: the shard's first global row; it holds `len(vectors)` rows.
+        vectors: `[rows, dim]` float16/float32, e.g. a memory-mapped .npy: trained on a sample of
+            `max_train` rows (None = all), added `chunk_rows` rows at a time, so RAM holds one chunk.
+        index: an empty FAISS index (`new_faiss_index`), or a trained one to clone (one training reused);
+            `factory` names it in `shard.json`.
+        params: search parameters (nprobe, k_factor, ...) recorded in `shard.json` and applied.
+        write_shard_docs: `write_shard_docs(path)` writes the shard's `docs.parquet` (`write_docs_stream`).
+        refine_from: a float16 `.npy` of these rows, hard-linked (copied across file systems) as
+            `refine.fp16.npy`, for exact re-ranking (`ShardSearcher`).
+    Returns:
+        The shard's `shard.json` content, with `build_s: {"train": s, "add": s}` (seconds).
+    """
+    import os
+
+    import faiss
+
+    final, work = index_dir / shard_name(i), index_dir / (shard_name(i) + ".partial")
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    write_shard_docs(work / DOCS)
+    if refine_from is not None:
+        try:
+            os.link(refine_from, work / REFINE_FILE)
+        except OSError:
+            shutil.copyfile(refine_from, work / REFINE_FILE)
+    index = faiss.clone_index(index)
+    t0 = time.perf_counter()
+    train_faiss_index(index, vectors, max_train)
+    t1 = time.perf_counter()
+    add_vectors(index, vectors, chunk_rows)
+    t2 = time.perf_counter()
+    faiss.write_index(apply_search_params(index, params), str(work / FAISS_FILE))
+    extra = {"dim": int(vectors.shape[1]), "factory": factory, "params": params,
+             "build_s": {"train": round(t1 - t0, 3), "add": round(t2 - t1, 3)}}
+    finish_shard(work, final, start, len(vectors), int(index.ntotal), extra)
+    return json.loads((final / SHARD_RECORD).read_text())
+
+
+def finish_index(index_dir: Path, shard_raw: list[dict], *, index_type: str, encoder: dict | None, normalized: bool,
+                 index: dict, corpus: dict, build_seconds: float) -> Manifest:
+    """Write `manifest.json` (last: its presence means the index is finished) for shards whose `shard.json`
+    contents are `shard_raw`, in order. `encoder`: an `EncoderSpec.index_fields()` dict, or None (BM25, or
+    an index built from vectors alone). Returns the `Manifest`."""
+    first = shard_raw[0]
+    manifest = Manifest(
+        version=MANIFEST_VERSION,
+        index_type=index_type,
+        metric="bm25" if index_type == "bm25" else "inner_product",
+        dim=first.get("dim"),
+        normalized=normalized,
+        encoder=encoder,
+        index=index,
+        num_docs=sum(int(r["count"]) for r in shard_raw),
+        shards=[ShardRecord(**{k: r[k] for k in ShardRecord.__dataclass_fields__}) for r in shard_raw],
+        corpus=corpus,
+        build_seconds=round(build_seconds, 3),
+    )
+    atomic_write_text(index_dir / MANIFEST, manifest.to_json())
+    return manifest
 
 
 def _finished_shard(index_dir: Path, i: int, start: int, count: int) -> dict | None:
@@ -274,23 +352,13 @@ def build_index(cfg, corpus_path: str | Path | None = None, progress: bool = Tru
               f"({built / max(seconds, 1e-9):.1f} passages/s, {how}); {skipped} from finished shards", flush=True)
 
     first = shard_raw[0]
-    records = [ShardRecord(**{k: r[k] for k in ShardRecord.__dataclass_fields__}) for r in shard_raw]
-    manifest = Manifest(
-        version=MANIFEST_VERSION,
-        index_type=cfg.index.type,
-        metric="bm25" if spec is None else "inner_product",
-        dim=first.get("dim"),
-        normalized=bool(spec and spec.normalize),
-        encoder=None if spec is None else spec.index_fields(),
-        index={"type": cfg.index.type, "fp16": cfg.index.fp16, "factory": first.get("factory"), "params": first.get("params", {})},
-        num_docs=num_docs,
-        shards=records,
-        corpus={"path": params["corpus"], "limit": cfg.data.corpus_limit},
-        build_seconds=round(time.perf_counter() - t0, 3),
-    )
     save_config(cfg, index_dir / "config.yaml")  # the resolved config that produced this index
-    atomic_write_text(index_dir / MANIFEST, manifest.to_json())
-    return manifest
+    return finish_index(
+        index_dir, shard_raw, index_type=cfg.index.type, encoder=None if spec is None else spec.index_fields(),
+        normalized=bool(spec and spec.normalize),
+        index={"type": cfg.index.type, "fp16": cfg.index.fp16, "factory": first.get("factory"), "params": first.get("params", {})},
+        corpus={"path": params["corpus"], "limit": cfg.data.corpus_limit}, build_seconds=time.perf_counter() - t0,
+    )
 
 
 def ensure_index(cfg, progress: bool = True) -> Manifest:

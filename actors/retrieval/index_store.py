@@ -7,6 +7,8 @@
   shard-00000/
     shard.json             this shard's record (also written last: its presence = shard complete)
     index.faiss | bm25/    the search structure over this shard's documents
+    refine.fp16.npy        optional: the shard's exact vectors in float16, memory-mapped to re-rank
+                           an approximate index's candidates (shard.json params `k_factor`)
     docs.parquet           {row, id, title, text}; row = position within the shard
 ```
 A shard owns the contiguous global rows `[start, start + count)` of the corpus; global id = row
@@ -30,6 +32,7 @@ MANIFEST = "manifest.json"
 SHARD_RECORD = "shard.json"
 DOCS = "docs.parquet"
 FAISS_FILE = "index.faiss"
+REFINE_FILE = "refine.fp16.npy"
 BM25_DIR = "bm25"
 
 
@@ -192,16 +195,61 @@ def faiss_factory(index_cfg, dim: int, num_vectors: int) -> tuple[str, dict]:
     raise ValueError(f"index.type={t!r} has no FAISS index (one of flat, hnsw, ivf_pq)")
 
 
-def build_faiss_index(vectors: np.ndarray, factory: str, params: dict):
-    """Build an inner-product FAISS index over float32 `[n, dim]` vectors (trains IVF-PQ first)."""
+def cap_ivf_nlist(factory: str, num_vectors: int) -> str:
+    """A FAISS factory string with its `IVF<nlist>` lowered so each list gets >= 39 training vectors
+    (FAISS's own minimum; as `faiss_factory` does for `index.ivf_nlist`). Other strings are returned as they are."""
+    import re
+
+    return re.sub(r"IVF(\d+)", lambda m: f"IVF{max(1, min(int(m.group(1)), num_vectors // 39))}", factory, count=1)
+
+
+def new_faiss_index(dim: int, factory: str, params: dict):
+    """An empty inner-product FAISS index from a factory string (HNSW's `ef_construction` applied).
+
+    PQ indexes skip FAISS's polysemous training (which `index_factory` turns on for 8-bit codes): it only
+    reorders the codes for Hamming-distance filtering, which no search here uses (polysemous_ht = 0), and
+    it took most of the training time (1.7 s per sub-quantizer on this machine, whatever the data size).
+
+    Raises:
+        RuntimeError: FAISS cannot parse `factory` for `dim` (e.g. a PQ size that does not divide it).
+    """
     import faiss
 
-    index = faiss.index_factory(vectors.shape[1], factory, faiss.METRIC_INNER_PRODUCT)
+    index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
     if "ef_construction" in params:
         faiss.downcast_index(index).hnsw.efConstruction = params["ef_construction"]
-    if not index.is_trained:
-        index.train(vectors)
-    index.add(vectors)
+    ivf = faiss.try_extract_index_ivf(index)
+    inner = faiss.downcast_index(ivf if ivf is not None else index)
+    if getattr(inner, "do_polysemous_training", False):
+        inner.do_polysemous_training = False
+    return index
+
+
+def train_faiss_index(index, vectors: np.ndarray, max_train: int | None = None, seed: int = 0) -> None:
+    """Train `index` (no-op when it needs none) on `vectors` (`[n, dim]`, any float dtype; a memory-mapped
+    array is read only at the sampled rows): all of them, or `max_train` rows drawn without replacement
+    (sorted, so a file on disk is read in order), converted to float32."""
+    if index.is_trained:
+        return
+    rows = None
+    if max_train is not None and len(vectors) > max_train:
+        rows = np.sort(np.random.default_rng(seed).choice(len(vectors), max_train, replace=False))
+    index.train(np.ascontiguousarray(vectors if rows is None else vectors[rows], dtype=np.float32))
+
+
+def add_vectors(index, vectors: np.ndarray, chunk_rows: int | None = None) -> None:
+    """Add `vectors` (`[n, dim]`, any float dtype, memory-mapped or not) to a trained index in chunks of
+    `chunk_rows` rows (None = all at once), each converted to float32: only one chunk is in RAM as float32."""
+    step = chunk_rows or max(1, len(vectors))
+    for i in range(0, len(vectors), step):
+        index.add(np.ascontiguousarray(vectors[i : i + step], dtype=np.float32))
+
+
+def build_faiss_index(vectors: np.ndarray, factory: str, params: dict):
+    """Build an inner-product FAISS index over float32 `[n, dim]` vectors (trains IVF-PQ first)."""
+    index = new_faiss_index(vectors.shape[1], factory, params)
+    train_faiss_index(index, vectors)
+    add_vectors(index, vectors)
     return apply_search_params(index, params)
 
 
@@ -233,13 +281,17 @@ def load_faiss_index(path: Path, params: dict, mmap: bool = True):
 
 
 def apply_search_params(index, params: dict):
-    """Set query-time knobs: HNSW `efSearch`, IVF `nprobe` (no-op for flat). Returns the index."""
+    """Set query-time knobs: HNSW `efSearch`, IVF `nprobe` (also below a refine index), a FAISS refine
+    index's `k_factor` (candidates re-ranked = k_factor x k); no-op for flat. Returns the index."""
     import faiss
 
     if "ef_search" in params:
         faiss.downcast_index(index).hnsw.efSearch = params["ef_search"]
     if "nprobe" in params:
         faiss.extract_index_ivf(index).nprobe = params["nprobe"]
+    refine = faiss.downcast_index(index)
+    if "k_factor" in params and isinstance(refine, faiss.IndexRefine):
+        refine.k_factor = float(params["k_factor"])
     return index
 
 
@@ -292,18 +344,33 @@ class DocStore:
 def write_docs(path: Path, ids: list[str], titles: list[str], texts: list[str], row_group_size: int) -> None:
     """Write a shard's documents as Parquet `{row, id, title, text}`, uncompressed (cheap mmap reads),
     in row groups of `row_group_size` rows."""
+    write_docs_stream(path, [(ids, titles, texts)], row_group_size)
+
+
+def write_docs_stream(path: Path, chunks, row_group_size: int) -> int:
+    """Write a doc store from an iterable of `(ids, titles, texts)` chunks (lists of str, equal lengths),
+    one chunk in RAM at a time: the same file `write_docs` writes (`row` counts on across chunks), for
+    stores of millions of rows. Chunks of a multiple of `row_group_size` rows keep every group full.
+    Returns the number of rows written."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pa.table(
-        {
-            "row": pa.array(np.arange(len(ids), dtype=np.int64)),
-            "id": pa.array(ids, pa.string()),
-            "title": pa.array(titles, pa.string()),
-            "text": pa.array(texts, pa.string()),
-        }
-    )
-    pq.write_table(table, path, row_group_size=row_group_size, compression="none")
+    schema = pa.schema([("row", pa.int64()), ("id", pa.string()), ("title", pa.string()), ("text", pa.string())])
+    rows = 0
+    with pq.ParquetWriter(path, schema, compression="none") as writer:
+        for ids, titles, texts in chunks:
+            table = pa.table(
+                {
+                    "row": pa.array(np.arange(rows, rows + len(ids), dtype=np.int64)),
+                    "id": pa.array(ids, pa.string()),
+                    "title": pa.array(titles, pa.string()),
+                    "text": pa.array(texts, pa.string()),
+                },
+                schema=schema,
+            )
+            writer.write_table(table, row_group_size=row_group_size)
+            rows += len(ids)
+    return rows
 
 
 def atomic_write_text(path: Path, text: str) -> None:

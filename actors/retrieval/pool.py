@@ -17,14 +17,14 @@ from pathlib import Path
 import numpy as np
 
 from actors.retrieval.index_store import Manifest
-from actors.retrieval.request import check_search
-from actors.retrieval.shard import Hit, ShardSearcher, ShardUnavailableError, merge_topk
+from actors.retrieval.request import check_search, check_vector_search
+from actors.retrieval.shard import Hit, RetrievalRequestError, ShardSearcher, ShardUnavailableError, merge_topk
 
 log = logging.getLogger(__name__)
 
 @dataclass
 class _Request:
-    queries: list[str]
+    queries: list  # query strings, or float32 [dim] vectors (search_vectors)
     k: int
     future: asyncio.Future
     arrived: float = field(default_factory=time.perf_counter)
@@ -35,7 +35,8 @@ class RetrievalPool:
 
     Owns `retrieval.query_encoders` TextEncoder actors (a micro-batch is split across them) and one
     ShardSearcher actor per shard; both restart on a crash (`max_restarts`) and the pool retries
-    the call (`max_retries`). Used as a Ray async actor (`start_retrieval_pool`). Args:
+    the call (`max_retries`). An index built from vectors alone (its manifest names no encoder) gets no
+    query encoders and answers `search_vectors` only. Used as a Ray async actor (`start_retrieval_pool`). Args:
         index_dir: an index directory written by `pipelines.build_index`.
         retrieval: a `configs.schema.RetrievalConfig` as a dict (batching window, limits, retries).
         shard_options: extra Ray options for shard actors (e.g. resources for multi-node placement).
@@ -52,7 +53,7 @@ class RetrievalPool:
         # The pool retries failed calls itself (max_task_retries=0), so it can count and report them.
         restart = {"max_restarts": retrieval["max_restarts"], "max_task_retries": 0}
         self.encoders = []
-        if self.dense:
+        if self.dense and self.manifest.encoder is not None:
             import os
 
             from actors.retrieval.encoder import EncoderSpec, TextEncoder
@@ -114,6 +115,31 @@ class RetrievalPool:
             ShardUnavailableError: a shard stayed down through `max_retries` retries.
         """
         queries, k = check_search(queries, k, self.cfg)
+        if self.dense and not self.encoders:
+            raise RetrievalRequestError(f"queries: {self.index_dir} was built from vectors and has no encoder; "
+                                        "call search_vectors(vectors, k)")
+        return await self._submit(queries, k)
+
+    async def search_vectors(self, vectors, k: int) -> list[list[Hit]]:
+        """Global top-k hits for query vectors (already encoded), micro-batched with text searches.
+
+        Args:
+            vectors: float `[n, dim]` (a numpy array or nested lists), dim = the index's, n in
+                1..`max_queries_per_request`; inner product with the stored vectors ranks the hits.
+            k: hits per query, as for `search`.
+        Returns:
+            One list of `Hit` per vector, best first.
+        Raises:
+            RetrievalRequestError: a BM25 index, a wrong shape or dtype, NaN/inf, or a bad k
+                (`actors.retrieval.request.check_vector_search`).
+            ShardUnavailableError: a shard stayed down through `max_retries` retries.
+        """
+        arr, k = check_vector_search(vectors, k, self.manifest.dim if self.dense else None, self.cfg)
+        return await self._submit(list(arr), k)
+
+    # -- internals -------------------------------------------------------------------------
+    async def _submit(self, queries: list, k: int) -> list[list[Hit]]:
+        """Queue checked queries (strings or vectors) for the batch loop and await their hits."""
         if self._queue is None:
             self._queue = asyncio.Queue()
             self._inflight = asyncio.Semaphore(self.cfg["max_inflight_batches"])
@@ -122,7 +148,6 @@ class RetrievalPool:
         await self._queue.put(_Request(queries, k, fut))
         return await fut
 
-    # -- internals -------------------------------------------------------------------------
     async def _batch_loop(self) -> None:
         wait = self.cfg["batch_wait_ms"] / 1000.0
         max_batch = self.cfg["max_batch_size"]
@@ -176,7 +201,9 @@ class RetrievalPool:
         t0 = time.perf_counter()
         query = queries
         if self.dense:
-            query = await self._encode(queries)
+            texts = [q for q in queries if isinstance(q, str)]
+            encoded = iter(await self._encode(texts) if texts else ())  # vectors of search_vectors pass as they are
+            query = np.stack([next(encoded) if isinstance(q, str) else q for q in queries]).astype(np.float32)
             self.stats["encode_s"] += time.perf_counter() - t0
             t0 = time.perf_counter()
         per_shard = await asyncio.gather(

@@ -122,3 +122,29 @@ def check_search(queries: Any, k: Any, retrieval: dict) -> tuple[list[str], int]
     k = int(k) if isinstance(k, np.integer) else k
     req = _validate({"queries": queries, "topk": k}, retrieval, json=False)
     return req.queries, req.k(retrieval)
+
+
+def check_vector_search(vectors: Any, k: Any, dim: int | None, retrieval: dict) -> tuple[np.ndarray, int]:
+    """Validate a pool call `search_vectors(vectors, k)`: `vectors` a real-valued `[n, dim]` array of finite
+    numbers with n in 1..`max_queries_per_request`; k as for `check_search`.
+
+    Returns:
+        (the vectors as float32 `[n, dim]`, k as an int).
+    Raises:
+        RetrievalRequestError: the index holds no vectors (`dim` None: BM25), or a wrong shape, dtype, count,
+            a NaN/inf value or a bad k, naming the field (`vectors`, `topk`) and what is expected.
+    """
+    limit = retrieval["max_queries_per_request"]
+    want = f"expected a float array [n, {dim}] with n in 1..{limit} (retrieval.max_queries_per_request)"
+    if dim is None:
+        raise RetrievalRequestError("vectors: this index is BM25 and searches text; call search(queries, k)")
+    arr = np.asarray(vectors)
+    if arr.ndim != 2 or arr.shape[1] != dim or not 1 <= arr.shape[0] <= limit:
+        raise RetrievalRequestError(f"vectors: got shape {list(arr.shape)}; {want}")
+    if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+        raise RetrievalRequestError(f"vectors: got dtype {arr.dtype}; {want}")
+    arr = np.ascontiguousarray(arr, dtype=np.float32)
+    if not np.isfinite(arr).all():
+        raise RetrievalRequestError(f"vectors: holds NaN or inf; {want}")
+    _, k = check_search(["vector"], k, retrieval)  # topk: the same rules and message as a text search
+    return arr, k

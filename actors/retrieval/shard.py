@@ -17,8 +17,10 @@ from actors.retrieval.index_store import (
     BM25_DIR,
     DOCS,
     FAISS_FILE,
+    REFINE_FILE,
     SHARD_RECORD,
     DocStore,
+    apply_search_params,
     load_faiss_index,
     tune_faiss,
 )
@@ -94,6 +96,51 @@ def same_topk(a_scores: np.ndarray, a_ids: np.ndarray, b_scores: np.ndarray, b_i
     return True
 
 
+def rerank_exact(vectors: np.ndarray, queries: np.ndarray, candidates: np.ndarray, k: int,
+                 chunk: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    """Re-rank candidate rows by their exact inner product with each query.
+
+    Args:
+        vectors: `[rows, dim]` exact vectors (any float dtype; a memory-mapped file is read only at the
+            candidates' rows).
+        queries: float32 `[n, dim]`.
+        candidates: int64 `[n, c]` rows into `vectors` (an approximate index's top-c); -1 = none.
+        k: hits to keep per query.
+        chunk: queries re-ranked at a time (bounds the gathered `[chunk, c, dim]` float32 block).
+    Returns:
+        `(scores [n, k] float32, rows [n, k] int64)`, ordered as `merge_topk` orders (score descending,
+        then row ascending); padded with (-inf, -1) when a query has fewer than k candidates.
+    """
+    out_s, out_i = [], []
+    for i in range(0, len(queries), chunk):
+        cand = candidates[i : i + chunk]
+        valid = cand >= 0
+        uniq, inv = np.unique(np.where(valid, cand, 0), return_inverse=True)  # sorted rows: a file is read in order
+        gathered = np.asarray(vectors[uniq], dtype=np.float32)[inv.reshape(cand.shape)]  # [q, c, dim]
+        scores = np.einsum("qcd,qd->qc", gathered, queries[i : i + chunk])
+        s, r = merge_topk([np.where(valid, scores, -np.inf)], [np.where(valid, cand, -1)], k)
+        out_s.append(s)
+        out_i.append(r)
+    return np.concatenate(out_s), np.concatenate(out_i)
+
+
+def process_memory() -> dict:
+    """This process's resident memory in bytes: `rss` (psutil), and from Linux's /proc/self/status `anon`
+    (RssAnon: heap, an index read into RAM) and `file` (RssFile + RssShmem: pages of memory-mapped files
+    and shared memory now in RAM, which the kernel can drop and re-read); None where unavailable."""
+    import psutil
+
+    out = {"pid": psutil.Process().pid, "rss": psutil.Process().memory_info().rss, "anon": None, "file": None}
+    try:
+        fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+        kib = {k: int(fields[k].split()[0]) * 1024 for k in ("RssAnon", "RssFile", "RssShmem") if k in fields}
+        out["anon"] = kib.get("RssAnon")
+        out["file"] = kib.get("RssFile", 0) + kib.get("RssShmem", 0) if "RssFile" in kib else None
+    except OSError:
+        pass
+    return out
+
+
 class ShardSearcher:
     """One shard: its FAISS (or bm25s) index and its Parquet doc store, memory-mapped.
 
@@ -106,6 +153,10 @@ class ShardSearcher:
             `actors.retrieval.gpu_index.gpu_plan` allows it (flat in float16, IVF-Flat, supported
             IVF-PQ); otherwise, e.g. HNSW, it stays on CPU with a warning. BM25 shards ignore it.
             Raises RuntimeError when faiss has no GPU support (the faiss-cpu wheel).
+
+    A shard with `refine.fp16.npy` and a `k_factor` > 1 in its params searches its index for
+    k_factor x k candidates and re-ranks them by exact inner product with those memory-mapped vectors
+    (`rerank_exact`): an IVF-PQ shard's recall without its exact vectors in RAM.
     """
 
     def __init__(self, shard_dir: str, faiss_threads: int = 1, search_delay_s: float = 0.0, gpu: bool = False):
@@ -116,6 +167,7 @@ class ShardSearcher:
         self.docs = DocStore(self.dir / DOCS)
         self.bm25 = None
         self.index = None
+        self.refine, self.k_factor = None, 1.0  # exact fp16 vectors for re-ranking (FAISS shards with refine.fp16.npy)
         self.device, self.device_reason = "cpu", "retrieval.shard_gpus=0: searches on CPU"
         if (self.dir / BM25_DIR).is_dir():
             import bm25s
@@ -131,6 +183,8 @@ class ShardSearcher:
             tune_faiss(faiss_threads)
             params = record.get("params", {})
             self.index = load_faiss_index(self.dir / FAISS_FILE, params)
+            self.refine = np.load(self.dir / REFINE_FILE, mmap_mode="r") if (self.dir / REFINE_FILE).is_file() else None
+            self.k_factor = float(params.get("k_factor", 1))
             if gpu:
                 self._move_to_gpu(params)
 
@@ -153,6 +207,22 @@ class ShardSearcher:
         """Number of documents in the shard (used as a readiness probe)."""
         return self.count
 
+    def set_search_params(self, params: dict) -> None:
+        """Change query-time knobs of a FAISS shard from now on: `nprobe`, `ef_search`, `k_factor`
+        (candidates re-ranked = k_factor x k, by a FAISS refine index or by `refine.fp16.npy`).
+
+        Raises:
+            RuntimeError: a BM25 shard, or a knob its index lacks (e.g. nprobe on a flat index; from FAISS).
+        """
+        if self.index is None:
+            raise RuntimeError(f"shard {self.dir.name} is BM25: it has no FAISS search parameters")
+        apply_search_params(self.index, params)
+        self.k_factor = float(params.get("k_factor", self.k_factor))
+
+    def memory(self) -> dict:
+        """Resident memory of this shard's process in bytes (`process_memory`: rss, anon, file) and its pid."""
+        return process_memory()
+
     def _delay(self) -> None:
         if self.search_delay_s:
             time.sleep(self.search_delay_s)
@@ -169,7 +239,11 @@ class ShardSearcher:
         """
         self._delay()
         q = np.ascontiguousarray(query_vectors, dtype=np.float32)
-        scores, local = self.index.search(q, k)
+        if self.refine is not None and self.k_factor > 1:
+            _, cand = self.index.search(q, min(self.count, int(k * self.k_factor)))
+            scores, local = rerank_exact(self.refine, q, cand.astype(np.int64), k)
+        else:
+            scores, local = self.index.search(q, k)
         ids = np.where(local >= 0, local + self.start, -1).astype(np.int64)
         return scores.astype(np.float32), ids
 

@@ -94,15 +94,17 @@ def bench_baseline_batched(baseline: FlatBaseline, queries: list[str], batch: in
     return {"qps": len(queries) / total, "batch": batch, "p50_ms_per_request": percentile_ms(latencies, 50)}
 
 
-async def _callers(pool, queries: list[str], concurrency: int) -> tuple[float, list[float]]:
+async def callers(call, queries: list, concurrency: int) -> tuple[float, list[float]]:
+    """`concurrency` callers await `call(q)` for every query once, one at a time each.
+    Returns (wall seconds, per-call latencies in seconds)."""
     todo = iter(queries)
     latencies: list[float] = []
 
     async def caller():
-        """Search queries from the shared iterator, one per pool call, until it is empty; record latencies (s)."""
+        """Await `call(q)` for queries from the shared iterator, one at a time, until it is empty; record latencies (s)."""
         for q in todo:  # callers share one iterator: each query is asked once
             t = time.perf_counter()
-            await pool.search.remote([q], K)
+            await call(q)
             latencies.append(time.perf_counter() - t)
 
     t0 = time.perf_counter()
@@ -110,25 +112,33 @@ async def _callers(pool, queries: list[str], concurrency: int) -> tuple[float, l
     return time.perf_counter() - t0, latencies
 
 
-def bench_pool(pool, queries: list[str], concurrency: int) -> dict:
+def bench_calls(call, queries: list, concurrency: int) -> dict:
+    """Await `call(q)` (an async function, or one returning an awaitable such as a Ray ObjectRef) once per
+    query from `concurrency` callers of one query at a time, in a fresh event loop.
+
+    Returns:
+        {"concurrency", "qps", "p50_ms", "p99_ms"} (latency per call, milliseconds).
+    """
+    total, latencies = asyncio.run(callers(call, queries, concurrency))
+    return {"concurrency": concurrency, "qps": len(queries) / total,
+            "p50_ms": percentile_ms(latencies, 50), "p99_ms": percentile_ms(latencies, 99)}
+
+
+def bench_pool(pool, queries: list, concurrency: int, call=None) -> dict:
     """Search every query once through the pool from `concurrency` callers of one query at a time.
 
+    Args:
+        call: `call(q)` -> ObjectRef; default `pool.search.remote([q], K)` (e.g. `pool.search_vectors` instead).
     Returns:
         {"concurrency", "qps", "p50_ms", "p99_ms", "mean_batch_queries" (queries per pool micro-batch)}.
     """
     import ray
 
     before = ray.get(pool.get_stats.remote())
-    total, latencies = asyncio.run(_callers(pool, queries, concurrency))
+    r = bench_calls(call or (lambda q: pool.search.remote([q], K)), queries, concurrency)
     after = ray.get(pool.get_stats.remote())
     batches = after["batches"] - before["batches"]
-    return {
-        "concurrency": concurrency,
-        "qps": len(queries) / total,
-        "p50_ms": percentile_ms(latencies, 50),
-        "p99_ms": percentile_ms(latencies, 99),
-        "mean_batch_queries": (after["queries"] - before["queries"]) / max(batches, 1),
-    }
+    return {**r, "mean_batch_queries": (after["queries"] - before["queries"]) / max(batches, 1)}
 
 
 def check_exactness_and_recall(pool, baseline: FlatBaseline, examples) -> dict:
