@@ -36,7 +36,9 @@ def clear_stale_build_locks(root: str | Path | None = None, max_age_s: float = S
     """
     root = Path(root or os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions")
     removed = []
-    for lock in root.glob("*/*/lock") if root.is_dir() else ():
+    # <TORCH_EXTENSIONS_DIR>/<op>/lock when the variable is set; ~/.cache/torch_extensions/py311_cpu/<op>/lock if not
+    locks = [*root.glob("*/lock"), *root.glob("*/*/lock")] if root.is_dir() else []
+    for lock in locks:
         try:
             age = time.time() - lock.stat().st_mtime
             if age > max_age_s:

@@ -11,8 +11,8 @@ from pathlib import Path
 from cluster.torch_extensions import clear_stale_build_locks, default_extensions_dir
 
 
-def _lock(root: Path, name: str, age_s: float) -> Path:
-    lock = root / "py311_cpu" / name / "lock"
+def _lock(root: Path, name: str, age_s: float, tag: str = "py311_cpu") -> Path:
+    lock = root / tag / name / "lock" if tag else root / name / "lock"
     lock.parent.mkdir(parents=True)
     lock.touch()
     then = time.time() - age_s
@@ -29,7 +29,8 @@ def test_a_stale_lock_is_removed_and_a_fresh_one_kept(tmp_path):
 
 
 def test_the_root_comes_from_the_environment(tmp_path, monkeypatch):
-    stale = _lock(tmp_path, "deepspeed_shm_comm", age_s=3600)
+    """With TORCH_EXTENSIONS_DIR set, torch builds into <dir>/<op> (no python/cpu tag level)."""
+    stale = _lock(tmp_path, "deepspeed_shm_comm", age_s=3600, tag="")
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     assert clear_stale_build_locks() == [stale]
     assert clear_stale_build_locks(tmp_path / "missing") == []
