@@ -189,6 +189,14 @@ def load_config(path: str | Path | None, overrides: Iterable[str] = ()) -> Confi
         source += ", overrides: " + " ".join(overrides)
     data = _read_with_base(Path(path), source) if path is not None else {}
     _merge(data, parse_overrides(overrides), Config)
+    return validate_config(data, source)
+
+
+def validate_config(data: dict, source: str) -> Config:
+    """Validate a config dict (a file's merged data, or a dumped config with changes) into a `Config`.
+
+    Raises :class:`ConfigError` naming `source`, one ``dotted.path: message`` line per problem.
+    """
     try:
         return Config.model_validate(data)
     except ValidationError as e:

@@ -66,9 +66,7 @@ def check_config(cfg: Config, questions: int, steps: int, stage: int | None = No
             holds no model.
         ConfigError: the changed config does not validate (one `dotted.key: message` line each).
     """
-    from pydantic import ValidationError
-
-    from configs import ConfigError
+    from configs.loader import validate_config
 
     if int(questions) != questions or questions < 2:
         raise LearningCheckError(f"--questions {questions}: needs at least 2 questions (the interval pairs them)")
@@ -93,11 +91,7 @@ def check_config(cfg: Config, questions: int, steps: int, stage: int | None = No
     if start_from is not None:
         data["learner"]["model"] = str(saved_policy(start_from))
         train["warm_start"] = None
-    try:
-        return Config.model_validate(data)
-    except ValidationError as e:
-        raise ConfigError([f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()],
-                          "the learning check's changes") from None
+    return validate_config(data, "the learning check's changes")
 
 
 def saved_policy(path: str | Path) -> Path:

@@ -64,13 +64,15 @@ def per_question(trajs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, floa
 
 
 def learnable_groups(trajs: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The questions (group ids, first-seen order) whose samples' total rewards differ (rounded to 1e-6): a group of
-    equal rewards has zero GRPO advantage and trains nothing (DAPO's dynamic sampling; s3's learnable questions,
-    there by the generator's answer F1). A question with one sample is never learnable."""
-    groups: dict[str, set[float]] = {}
+    """The questions (group ids, first-seen order) whose samples' total rewards differ
+    (`pipelines.prepare.learnable.is_learnable`, there applied to answer F1): a group of equal rewards has zero
+    GRPO advantage and trains nothing (DAPO's dynamic sampling; s3's learnable questions)."""
+    from pipelines.prepare.learnable import is_learnable
+
+    groups: dict[str, list[float]] = {}
     for t in trajs:
-        groups.setdefault(str(t["group_id"]), set()).add(round(float(t.get("reward") or 0.0), 6))
-    return [gid for gid, rewards in groups.items() if len(rewards) > 1]
+        groups.setdefault(str(t["group_id"]), []).append(float(t.get("reward") or 0.0))
+    return [gid for gid, rewards in groups.items() if is_learnable(rewards)]
 
 
 def metric_order(keys: set[str]) -> list[str]:
