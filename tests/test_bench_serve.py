@@ -9,15 +9,16 @@ from configs import load_config
 from scripts.bench import serve as bench_serve
 
 
-def test_a_missing_generator_fails_before_anything_starts(capsys):
-    import ray
+def test_a_missing_generator_fails_before_anything_starts(capsys, monkeypatch):
+    import cluster.ray_init
 
+    # refused before Ray, the endpoint or any request (a session-wide Ray from an earlier test may be up)
+    monkeypatch.setattr(cluster.ray_init, "init_ray", lambda *a, **k: pytest.fail("Ray must not start"))
     with pytest.raises(SystemExit) as e:
         bench_serve.main(["--checkpoint", "gemma3-270m", "--config", "configs/s3_main_cpu.yaml", "--questions", "2",
                           "frozen.model=./no-such-generator"])
     assert e.value.code == 2
     assert "error: frozen.model='./no-such-generator'" in capsys.readouterr().err
-    assert not ray.is_initialized()  # refused before Ray, the endpoint or any request
 
 
 def test_the_baseline_applies_the_endpoint_total_token_limit(tiny_gemma_dir, monkeypatch):
